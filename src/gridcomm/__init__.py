@@ -1,0 +1,32 @@
+"""gridcomm: halo exchanges and all-to-all transpositions for distributed grid codes on CPUs and GPUs."""
+
+from ._version import __version__
+from .comm import Communicator
+from .decomp import CartesianDecomposition
+from .errors import (
+    DecompositionError,
+    FieldError,
+    GridcommError,
+    GridcommTimeout,
+    PatternError,
+    TransportError,
+)
+from .exchange import ExchangeHandle, HaloExchanger
+from .pattern import Box, Pattern, PeerPlan
+
+__all__ = [
+    "Box",
+    "CartesianDecomposition",
+    "Communicator",
+    "DecompositionError",
+    "ExchangeHandle",
+    "FieldError",
+    "GridcommError",
+    "GridcommTimeout",
+    "HaloExchanger",
+    "Pattern",
+    "PatternError",
+    "PeerPlan",
+    "TransportError",
+    "__version__",
+]

@@ -1,0 +1,116 @@
+"""Array-module helpers: one code path for NumPy (host) and CuPy (GPU) arrays.
+
+Anything that speaks DLPack or the CUDA array interface (torch, JAX, Numba) is viewed without a copy as a
+NumPy or CuPy array, so the rest of gridcomm only ever sees those two.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from .errors import FieldError
+
+# DLPack device types (dlpack.h): CPU, CUDA, CUDA pinned host memory, CUDA managed memory.
+_DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(t)
+    for t in (
+        "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+        "float16", "float32", "float64", "complex64", "complex128",
+    )
+)
+
+
+def is_device_array(obj: Any) -> bool:
+    """True when ``obj`` lives in GPU memory (CUDA array interface or a CUDA DLPack device)."""
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    dlpack_device = getattr(obj, "__dlpack_device__", None)
+    if dlpack_device is not None and not isinstance(obj, np.ndarray):
+        try:
+            kind = int(dlpack_device()[0])
+        except Exception:
+            return False
+        return kind in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED)
+    return False
+
+
+def cupy_or_none() -> types.ModuleType | None:
+    """The cupy module when it is installed and a GPU is usable, else None."""
+    try:
+        import cupy
+    except Exception:
+        return None
+    return cupy
+
+
+def as_array(obj: Any, what: str) -> Any:
+    """View ``obj`` as a NumPy or CuPy array without copying.
+
+    Args:
+        obj: a NumPy or CuPy array, or any DLPack / CUDA-array-interface object (torch, JAX, ...).
+        what: how to name the object in an error, e.g. ``"field 2"``.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj
+    if is_device_array(obj):
+        cupy = cupy_or_none()
+        if cupy is None:
+            raise FieldError(
+                f"{what} lives in GPU memory but CuPy is not installed; install the GPU extra "
+                "(pip install 'gridcomm[gpu]') or pass a NumPy array"
+            )
+        if isinstance(obj, cupy.ndarray):
+            return obj
+        if hasattr(obj, "__dlpack__"):
+            return cupy.from_dlpack(obj)
+        return cupy.asarray(obj)  # CUDA array interface: cupy views it without a copy
+    if hasattr(obj, "__dlpack__"):
+        return np.from_dlpack(obj)
+    raise FieldError(
+        f"{what} is a {type(obj).__name__}, not an array; pass a NumPy or CuPy array "
+        "(or anything with __dlpack__, e.g. a torch tensor or a JAX array)"
+    )
+
+
+def array_module(a: Any) -> types.ModuleType:
+    """numpy for host arrays, cupy for device arrays."""
+    if isinstance(a, np.ndarray):
+        return np
+    cupy = cupy_or_none()
+    if cupy is not None and isinstance(a, cupy.ndarray):
+        return cupy
+    raise TypeError(f"expected a NumPy or CuPy array, got {type(a).__name__}")
+
+
+def memory_order(a: Any, what: str) -> str:
+    """'C' or 'F' for a contiguous array; a FieldError naming ``what`` for a strided view."""
+    flags = a.flags
+    if flags.c_contiguous:
+        return "C"
+    if flags.f_contiguous:
+        return "F"
+    raise FieldError(
+        f"{what} is not contiguous (strides {a.strides}, e.g. a slice or a transposed view); pass the whole "
+        "array as allocated, e.g. decomposition.empty(dtype), or np.ascontiguousarray(...) it first"
+    )
+
+
+def check_dtype(dtype: Any, what: str) -> np.dtype:
+    """Return ``dtype`` as np.dtype if gridcomm can move it, else raise a FieldError listing what can."""
+    dt = np.dtype(dtype)
+    if dt.newbyteorder("=") not in SUPPORTED_DTYPES or not dt.isnative:
+        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise FieldError(f"{what} has dtype {dt}, which gridcomm cannot exchange; use one of: {names}")
+    return dt
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A NumPy copy (or the array itself) of a NumPy or CuPy array."""
+    if isinstance(a, np.ndarray):
+        return a
+    return a.get()

@@ -1,0 +1,109 @@
+"""``gridcomm bench halo``: time per halo exchange against message size and field count.
+
+The problem is the seed's GCL set-up: 3-D fields of ``levels`` vertical levels (the contiguous dimension),
+decomposed horizontally over a 2-D process grid, periodic horizontally, a halo of 3 lines, box stencil.
+Each case is timed for every MPI transport variant and beside its floor, measured in the same run:
+
+- ``floor``: bare mpi4py Isend/Irecv of the same per-peer byte counts from contiguous buffers that are
+  never written (what the issue defines as the floor);
+- ``floor_fresh``: the same, but each send buffer is rewritten before it is sent, as it is after a
+  compute step (a real exchange always sends freshly written data, which costs cache-coherence traffic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..comm import Communicator
+from ..decomp import CartesianDecomposition, choose_proc_grid
+from ..exchange import HaloExchanger
+from ..transports import MpiTransport
+from .timing import time_collective
+
+VARIANTS: dict[str, MpiTransport] = {
+    "p2p/datatype": MpiTransport("p2p", "datatype"),
+    "p2p/copy": MpiTransport("p2p", "copy"),
+    "neighbor/datatype": MpiTransport("neighbor", "datatype"),
+    "neighbor/copy": MpiTransport("neighbor", "copy"),
+}
+
+
+@dataclass(frozen=True)
+class HaloCase:
+    """One benchmark case: ``n`` × ``n`` horizontal points per rank, ``fields`` float64 fields."""
+
+    n: int
+    fields: int
+    levels: int
+    halo: int
+
+
+def _floor(comm: Communicator, exchanger: HaloExchanger, fresh: bool) -> Callable[[], None]:
+    """Isend/Irecv of contiguous buffers with the exchanger's per-peer byte counts."""
+    from mpi4py import MPI
+
+    mpi = comm.mpi
+    layout = exchanger.layout
+    sends = [np.ones(m.nbytes, np.uint8) for m in layout.sends]
+    sources = [np.ones(m.nbytes, np.uint8) for m in layout.sends]
+    recvs = [np.empty(m.nbytes, np.uint8) for m in layout.recvs]
+    tag = comm.new_tag()
+
+    def run() -> None:
+        if fresh:
+            for buffer, source in zip(sends, sources, strict=True):
+                np.copyto(buffer, source)
+        requests = [mpi.Irecv(b, m.peer, tag) for b, m in zip(recvs, layout.recvs, strict=True)]
+        requests += [mpi.Isend(b, m.peer, tag) for b, m in zip(sends, layout.sends, strict=True)]
+        MPI.Request.Waitall(requests)
+
+    return run
+
+
+def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]:
+    """Time every variant and both floors for ``case`` (collective); returns one result row."""
+    # Each rank owns n × n columns of all levels: scale the global grid by the horizontal process grid.
+    halo = ((case.halo, case.halo), (case.halo, case.halo), (0, 0))
+    px, py = choose_proc_grid(comm.size, (case.n, case.n), halo[:2], (True, True))
+    decomposition = CartesianDecomposition(
+        comm, (case.n * px, case.n * py, case.levels), halo=halo, periodic=(True, True, False),
+        proc_grid=(px, py, 1),
+    )
+    rng = np.random.default_rng(comm.rank)
+    fields = [decomposition.empty(np.float64) for _ in range(case.fields)]
+    for f in fields:
+        f[...] = rng.random(f.shape)
+    timings = {}
+    for i, (name, transport) in enumerate(VARIANTS.items()):
+        with HaloExchanger(decomposition, fields, transport) as exchanger:
+            timings[name] = time_collective(comm.mpi, exchanger.exchange, samples=samples)
+            if i == 0:  # the floors move the same per-peer bytes as the exchanges
+                floor = time_collective(comm.mpi, _floor(comm, exchanger, fresh=False), samples=samples)
+                floor_fresh = time_collective(comm.mpi, _floor(comm, exchanger, fresh=True), samples=samples)
+                message_bytes = [m.nbytes for m in exchanger.layout.sends]
+    all_bytes = [b for rank_bytes in comm.mpi.allgather(message_bytes) for b in rank_bytes]
+    best = min(timings, key=lambda k: timings[k].median)
+    return {
+        "n": case.n,
+        "fields": case.fields,
+        "levels": case.levels,
+        "halo": case.halo,
+        "proc_grid": list(decomposition.proc_grid),
+        "peers_per_rank": len(message_bytes),
+        "bytes_per_peer_mean": float(np.mean(all_bytes)) if all_bytes else 0.0,
+        "bytes_per_peer_max": int(max(all_bytes, default=0)),
+        "floor": floor.as_dict(),
+        "floor_fresh": floor_fresh.as_dict(),
+        "variants": {k: t.as_dict() for k, t in timings.items()},
+        "best": best,
+        "best_over_floor": timings[best].median / floor.median,
+        "best_over_floor_fresh": timings[best].median / floor_fresh.median,
+    }
+
+
+def cases(sizes: Sequence[int], field_counts: Sequence[int], levels: int, halo: int) -> list[HaloCase]:
+    return [HaloCase(n, f, levels, halo) for f in field_counts for n in sizes]

@@ -1,0 +1,6 @@
+"""Decompositions: which rank owns which part of a grid, and which halo it needs."""
+
+from .cartesian import CartesianDecomposition
+from .procgrid import block_sizes, choose_proc_grid
+
+__all__ = ["CartesianDecomposition", "block_sizes", "choose_proc_grid"]

@@ -1,0 +1,50 @@
+"""Exceptions raised by gridcomm.
+
+Every error names what was wrong (the argument and its value) and what to do about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class GridcommError(Exception):
+    """Base class of every gridcomm error."""
+
+
+class DecompositionError(GridcommError, ValueError):
+    """A decomposition cannot be built from the given shape, halo, periodicity or process grid."""
+
+
+class FieldError(GridcommError, ValueError):
+    """A field handed to an exchanger does not fit its decomposition (shape, layout, dtype, memory)."""
+
+
+class TransportError(GridcommError, RuntimeError):
+    """A transport cannot be used for these fields on this machine (e.g. device memory, MPI not CUDA-aware)."""
+
+
+class PatternError(GridcommError, ValueError):
+    """Ranks disagree about an exchange: message sizes, field lists or indices do not match."""
+
+
+class GridcommTimeout(GridcommError, TimeoutError):
+    """A rank waited longer than its timeout for peers that never answered.
+
+    Attributes:
+        operation: what was being waited for, e.g. ``"halo exchange #3 (HaloExchanger 1)"``.
+        rank: the rank that waited.
+        peers: the ranks it had not heard from.
+        elapsed: seconds waited.
+    """
+
+    def __init__(self, operation: str, rank: int, peers: Sequence[int], elapsed: float) -> None:
+        self.operation = operation
+        self.rank = rank
+        self.peers = tuple(peers)
+        self.elapsed = elapsed
+        super().__init__(
+            f"rank {rank}: {operation} timed out after {elapsed:.1f} s waiting for rank(s) "
+            f"{', '.join(map(str, self.peers)) or '?'}; a peer is stuck, crashed or did not call the same "
+            "exchange. Raise the limit with timeout=... or GRIDCOMM_TIMEOUT (seconds) if it is only slow."
+        )

@@ -1,0 +1,193 @@
+"""Halo exchange: a pattern, its fields, a packer and a transport bound into a reusable, asynchronous step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
+from .comm import Communicator
+from .errors import FieldError, GridcommError, PatternError
+from .packing import CopyPacker, DatatypePacker, FieldSpec, Layout
+from .pattern import Pattern
+from .transports import Transport, choose
+
+
+def _compatible_orders(a: Any) -> str:
+    """Memory orders a field can be read in: 'C', 'F', or 'CF' when both describe it (e.g. 1-D)."""
+    flags = a.flags
+    return ("C" if flags.c_contiguous else "") + ("F" if flags.f_contiguous else "")
+
+
+class ExchangeHandle:
+    """An exchange in flight: ``wait()`` completes it (received halos are in place when it returns)."""
+
+    def __init__(self, exchanger: HaloExchanger) -> None:
+        self._exchanger = exchanger
+        self.done = True
+
+    def wait(self) -> None:
+        """Block until this exchange is complete; raise GridcommTimeout if a peer stays silent.
+
+        After a timeout the exchange is still in flight and ``wait()`` may be called again.
+        """
+        if not self.done:
+            self._exchanger._complete()
+            self.done = True
+
+
+class HaloExchanger:
+    """Exchanges the halos of several fields at once: one message per peer rank per exchange.
+
+    Construction is collective over the decomposition's communicator; it checks that every rank passes
+    fields of the same dtypes and memory orders, plans the messages and makes every buffer and request
+    once, so that an exchange allocates nothing.
+
+    Args:
+        decomposition: anything with ``comm`` and ``pattern()``, e.g. a CartesianDecomposition.
+        fields: one array or a sequence of arrays, each of the decomposition's local shape (with halo);
+            dtypes and C/Fortran orders may differ between fields. NumPy, CuPy or any DLPack array.
+        transport: ``"auto"``, a transport name (``gridcomm.transports.names()``) or a configured Transport.
+        timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
+    """
+
+    def __init__(
+        self,
+        decomposition: Any,
+        fields: Any,
+        transport: str | Transport = "auto",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self.comm: Communicator = decomposition.comm
+        full = decomposition.pattern()
+        # What a rank sends itself (periodic wrap over one rank) is copied field to field, not sent.
+        self.pattern = Pattern(full.local_shape, tuple(p for p in full.peers if p.rank != self.comm.rank))
+        self._own = next((p for p in full.peers if p.rank == self.comm.rank), None)
+        raw = list(fields) if isinstance(fields, list | tuple) else [fields]
+        if not raw:
+            raise FieldError("fields is empty; pass at least one array to exchange")
+        on_device = [is_device_array(f) for f in raw]
+        if any(on_device) and not all(on_device):
+            where = ", ".join(f"field {i}: {'GPU' if d else 'host'}" for i, d in enumerate(on_device))
+            raise FieldError(f"fields live in different memories ({where}); put them all on the host or all on the GPU")
+        self.on_device = all(on_device)
+        self.transport = choose(transport, self.comm, self.on_device)
+        self.fields = [as_array(f, f"field {i}") for i, f in enumerate(raw)]
+        self.xp = array_module(self.fields[0])
+        self.timeout = self.comm.timeout if timeout is None else float(timeout)
+        if self.timeout <= 0:
+            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+        specs = self._agree_on_fields()
+        full.check_bounds()
+        full.check_matches_peers(self.comm.mpi)
+        self._local_copies = [
+            (f[dst.slices], f[src.slices])
+            for f in self.fields
+            for src, dst in zip(self._own.send, self._own.recv, strict=True)
+        ] if self._own else []
+        self.layout = Layout.build(self.pattern, specs)
+        if self.transport.packer_kind(self.on_device) == "datatype":
+            self.packer: Any = DatatypePacker(self.layout, self.fields)
+        else:
+            self.packer = CopyPacker(self.layout, self.fields, self.xp)
+        self.tag = self.comm.new_tag()
+        self.channel = self.transport.bind(self.comm, self.packer, self.tag)
+        self.count = 0
+        self._handle = ExchangeHandle(self)
+        self._closed = False
+
+    def _agree_on_fields(self) -> list[FieldSpec]:
+        """Check every field here, then that all ranks have the same dtypes and a common memory order."""
+        local = []
+        for i, f in enumerate(self.fields):
+            what = f"field {i}"
+            dtype = check_dtype(f.dtype, what)
+            if tuple(f.shape) != self.pattern.local_shape:
+                raise FieldError(
+                    f"{what} has shape {tuple(f.shape)} on rank {self.comm.rank}, but the decomposition's local "
+                    f"arrays there are {self.pattern.local_shape} (interior plus halo); allocate fields with "
+                    "decomposition.empty(dtype) / zeros(dtype)"
+                )
+            memory_order(f, what)  # raises for a strided view
+            local.append((dtype.str, _compatible_orders(f)))
+        everyone = self.comm.mpi.allgather(local)
+        specs = []
+        for i, (dtype, _) in enumerate(local):
+            mine = [(r, row[i] if i < len(row) else None) for r, row in enumerate(everyone)]
+            counts = {r: len(row) for r, row in enumerate(everyone)}
+            if len(set(counts.values())) > 1:
+                raise PatternError(f"ranks pass different numbers of fields: {counts}; every rank must pass the same list")
+            dtypes = {d for _, (d, _) in mine}
+            if len(dtypes) > 1:
+                raise PatternError(
+                    f"field {i} has different dtypes on different ranks ({sorted(dtypes)}); use one dtype per field"
+                )
+            common = set("CF")
+            for _, (_, orders) in mine:
+                common &= set(orders)
+            if not common:
+                raise PatternError(
+                    f"field {i} is C-ordered on some ranks and Fortran-ordered on others; use one order per field"
+                )
+            specs.append(FieldSpec(check_dtype(dtype, f"field {i}"), "C" if "C" in common else "F"))
+        return specs
+
+    # -- running ----------------------------------------------------------------------------------------
+
+    def start(self) -> ExchangeHandle:
+        """Pack and post the exchange; returns a handle whose ``wait()`` completes it.
+
+        Work that touches neither the fields' halos nor the interior points being sent may run in between.
+        """
+        if self._closed:
+            raise GridcommError("this HaloExchanger is closed; make a new one")
+        if not self._handle.done:
+            raise GridcommError("an exchange is already in flight on this HaloExchanger; wait() for it first")
+        self.packer.pack()
+        if self.on_device and self.packer.copies_data:
+            self.xp.cuda.get_current_stream().synchronize()  # packed data must be in memory before MPI reads it
+        self.channel.start()
+        copyto = self.xp.copyto
+        for dst, src in self._local_copies:  # overlaps with the messages in flight
+            copyto(dst, src)
+        self.count += 1
+        self._handle.done = False
+        return self._handle
+
+    def _complete(self) -> None:
+        operation = f"halo exchange #{self.count} (exchanger tag {self.tag}, {len(self.fields)} field(s))"
+        self.channel.wait(self.timeout, operation)
+        self.packer.unpack()
+
+    def exchange(self) -> None:
+        """Exchange the halos now: ``start().wait()``."""
+        self.start().wait()
+
+    @property
+    def bytes_per_exchange(self) -> tuple[int, int]:
+        """(bytes sent, bytes received) by this rank per exchange, padding included."""
+        return sum(m.nbytes for m in self.layout.sends), sum(m.nbytes for m in self.layout.recvs)
+
+    def close(self) -> None:
+        """Free requests, datatypes and buffers. The exchanger cannot be used afterwards."""
+        if self._closed:
+            return
+        if not self._handle.done:
+            raise GridcommError("close() while an exchange is in flight; wait() for it first")
+        self.channel.close()
+        self.packer.close()
+        self._closed = True
+
+    def __enter__(self) -> HaloExchanger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        sent, received = self.bytes_per_exchange
+        return (
+            f"HaloExchanger({len(self.fields)} field(s), {len(self.layout.sends)} peer(s), transport="
+            f"{self.transport.name!r}, {sent} B sent / {received} B received per exchange)"
+        )
+

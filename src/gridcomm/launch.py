@@ -1,0 +1,63 @@
+"""Starting ranks: finding mpiexec, and running a command under it for users who do not know it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# Variables that MPI launchers (MPICH's hydra, Open MPI, PMIx, Slurm) set in every rank they start.
+_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID")
+
+
+def under_launcher() -> bool:
+    """True when this process was started by mpiexec/mpirun/srun (so MPI_COMM_WORLD may have peers)."""
+    return any(v in os.environ for v in _LAUNCHER_VARIABLES)
+
+
+def find_mpiexec() -> str:
+    """The mpiexec that matches mpi4py's MPI: the one beside this Python first (the venv's, from the
+    ``mpich`` wheel), then ``GRIDCOMM_MPIEXEC``, then mpiexec or mpirun on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    candidates = [os.environ.get("GRIDCOMM_MPIEXEC"), str(beside) if beside.exists() else None,
+                  shutil.which("mpiexec"), shutil.which("mpirun")]
+    for candidate in candidates:
+        if candidate:
+            return candidate
+    raise FileNotFoundError(
+        "no mpiexec found: install MPICH (pip install mpich, part of gridcomm[test]) or your site's MPI, "
+        "or point GRIDCOMM_MPIEXEC at its launcher"
+    )
+
+
+def mpiexec_command(nprocs: int, command: Sequence[str], mpiexec: str | None = None) -> list[str]:
+    """The argument list that runs ``command`` on ``nprocs`` ranks of this machine."""
+    if nprocs < 1:
+        raise ValueError(f"--np {nprocs}: the number of ranks must be at least 1")
+    launcher = mpiexec or find_mpiexec()
+    args = [launcher, "-n", str(nprocs)]
+    if _is_open_mpi(launcher):
+        args[1:1] = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    return args + list(command)
+
+
+def _is_open_mpi(launcher: str) -> bool:
+    try:
+        out = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "Open MPI" in out or "OpenRTE" in out
+
+
+def run_under_mpiexec(nprocs: int, command: Sequence[str]) -> int:
+    """Run ``command`` on ``nprocs`` ranks, streaming its output; returns its exit status."""
+    args = mpiexec_command(nprocs, command)
+    return subprocess.run(args).returncode
+
+
+def relaunch_self(nprocs: int) -> int:
+    """Run this same ``gridcomm`` command line again on ``nprocs`` ranks; returns its exit status."""
+    return run_under_mpiexec(nprocs, [sys.executable, "-m", "gridcomm", *sys.argv[1:]])

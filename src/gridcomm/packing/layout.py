@@ -1,0 +1,82 @@
+"""Where each field's selections sit inside the per-peer message buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..pattern import Box, Pattern
+
+# Segments start on 16-byte boundaries: typed views stay aligned and GPU kernels can use vector loads.
+ALIGNMENT = 16
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What the packers need to know of a field: its element type and memory order ('C' or 'F')."""
+
+    dtype: np.dtype
+    order: str
+
+    @property
+    def signature(self) -> str:
+        return f"{self.dtype.str}/{self.order}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One selection of one field, stored at ``offset`` bytes into the whole send or receive buffer."""
+
+    field: int
+    box: Box
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class PeerMessage:
+    """One message to or from one peer: a contiguous byte range of the send or receive buffer."""
+
+    peer: int
+    offset: int
+    nbytes: int
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Byte layout of the send and receive buffers of an exchange: field-major inside each peer's message."""
+
+    fields: tuple[FieldSpec, ...]
+    sends: tuple[PeerMessage, ...]
+    recvs: tuple[PeerMessage, ...]
+    send_nbytes: int
+    recv_nbytes: int
+
+    @classmethod
+    def build(cls, pattern: Pattern, fields: Sequence[FieldSpec]) -> Layout:
+        sends, send_total = cls._messages(pattern, fields, [(p.rank, p.send) for p in pattern.peers])
+        recvs, recv_total = cls._messages(pattern, fields, [(p.rank, p.recv) for p in pattern.peers])
+        return cls(tuple(fields), sends, recvs, send_total, recv_total)
+
+    @staticmethod
+    def _messages(
+        pattern: Pattern, fields: Sequence[FieldSpec], selections: list[tuple[int, tuple[Box, ...]]]
+    ) -> tuple[tuple[PeerMessage, ...], int]:
+        messages, offset = [], 0
+        for peer, boxes in selections:
+            start, segments = offset, []
+            for f, spec in enumerate(fields):
+                for box in boxes:
+                    nbytes = box.size * spec.dtype.itemsize
+                    segments.append(Segment(f, box, offset, nbytes))
+                    offset = _align(offset + nbytes)
+            if segments:
+                messages.append(PeerMessage(peer, start, offset - start, tuple(segments)))
+        return tuple(messages), offset

@@ -1,0 +1,92 @@
+"""Exchange patterns: per peer, which elements to send and where received ones go. Plain data, built once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import PatternError
+
+
+@dataclass(frozen=True)
+class Box:
+    """A rectangular block of a local array (with halo), ``start`` inclusive, ``stop`` exclusive, per axis."""
+
+    start: tuple[int, ...]
+    stop: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.start, self.stop, strict=True))
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def slices(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in zip(self.start, self.stop, strict=True))
+
+
+@dataclass(frozen=True)
+class PeerPlan:
+    """What one rank exchanges with one peer: the selections are packed in this order into one message."""
+
+    rank: int
+    send: tuple[Box, ...]
+    recv: tuple[Box, ...]
+
+    @property
+    def send_size(self) -> int:
+        """Elements sent per field."""
+        return sum(s.size for s in self.send)
+
+    @property
+    def recv_size(self) -> int:
+        """Elements received per field."""
+        return sum(s.size for s in self.recv)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Everything one rank sends and receives in an exchange, peers in ascending rank order.
+
+    ``local_shape`` is the shape every field of the exchange must have on this rank.
+    """
+
+    local_shape: tuple[int, ...]
+    peers: tuple[PeerPlan, ...]
+
+    def check_bounds(self) -> None:
+        """Raise PatternError if a selection reaches outside ``local_shape``."""
+        for peer in self.peers:
+            for box in peer.send + peer.recv:
+                if any(a < 0 or b > n or a > b for a, b, n in zip(box.start, box.stop, self.local_shape,
+                                                                    strict=True)):
+                    raise PatternError(f"selection {box} for peer {peer.rank} lies outside {self.local_shape}")
+
+    def check_matches_peers(self, mpi_comm) -> None:
+        """Collective: raise PatternError on every rank if some pair of ranks disagrees on a message size.
+
+        Each rank tells each rank how many elements (per field) it will send it; the receiver compares that
+        with what it expects to receive.
+        """
+        size = mpi_comm.Get_size()
+        sends = np.zeros(size, dtype=np.int64)
+        expected = np.zeros(size, dtype=np.int64)
+        for peer in self.peers:
+            sends[peer.rank] = peer.send_size
+            expected[peer.rank] = peer.recv_size
+        incoming = np.zeros(size, dtype=np.int64)
+        mpi_comm.Alltoall(sends, incoming)
+        bad = [(int(r), int(incoming[r]), int(expected[r])) for r in np.nonzero(incoming != expected)[0]]
+        all_bad = mpi_comm.allgather(bad)
+        problems = [
+            f"rank {src} sends {n} elements per field to rank {dst}, which expects {m}"
+            for dst, rows in enumerate(all_bad)
+            for src, n, m in rows
+        ]
+        if problems:
+            raise PatternError("ranks disagree on the exchange: " + "; ".join(problems[:8]))

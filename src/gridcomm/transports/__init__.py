@@ -1,0 +1,50 @@
+"""Transports: how per-peer messages move between ranks. ``get(name)`` and ``choose(...)`` pick one."""
+
+from __future__ import annotations
+
+from ..comm import Communicator
+from ..errors import TransportError
+from .base import Channel, Transport
+from .mpi import MpiTransport
+
+_REGISTRY: dict[str, type[Transport]] = {"mpi": MpiTransport}
+
+__all__ = ["Channel", "MpiTransport", "Transport", "available", "choose", "names"]
+
+
+def names() -> list[str]:
+    """Names of every transport gridcomm knows."""
+    return sorted(_REGISTRY)
+
+
+def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
+    """For each transport, None when it can move fields here, else why not."""
+    return {name: cls().unusable_reason(comm, on_device) for name, cls in sorted(_REGISTRY.items())}
+
+
+def choose(transport: str | Transport, comm: Communicator, on_device: bool) -> Transport:
+    """The transport for ``transport`` (a name, ``"auto"``, or a configured Transport), checked usable here.
+
+    ``"auto"`` takes the first usable transport in order of preference for where the fields live.
+    """
+    if isinstance(transport, Transport):
+        chosen = transport
+    elif transport == "auto":
+        reasons = available(comm, on_device)
+        usable = [name for name in _preference(on_device) if reasons.get(name) is None]
+        if not usable:
+            detail = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+            raise TransportError(f"no transport can move these fields here ({detail})")
+        chosen = _REGISTRY[usable[0]]()
+    elif transport in _REGISTRY:
+        chosen = _REGISTRY[transport]()
+    else:
+        raise TransportError(f"transport={transport!r} is unknown; use 'auto' or one of {names()}")
+    reason = chosen.unusable_reason(comm, on_device)
+    if reason is not None:
+        raise TransportError(f"transport {chosen.name!r} cannot be used: {reason}")
+    return chosen
+
+
+def _preference(on_device: bool) -> list[str]:
+    return ["mpi"]

@@ -1,0 +1,78 @@
+"""The one small interface every transport implements, and the polite wait they share.
+
+A :class:`Transport` is a choice (with its options) that can tell whether it works here and binds to one
+exchange's messages; the bound :class:`Channel` moves those messages, again and again, with nothing
+allocated per exchange.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+from ..comm import Communicator
+
+PackerKind = Literal["copy", "datatype"]
+
+# Waits shorter than this spin (yielding the core); longer ones sleep between tests. MPI moves large
+# messages in chunks, each needing a test on both sides, so sleeping early would stall every chunk.
+_SPIN_S = 1.0
+_SLEEP_S = 100e-6
+
+
+def poll_until(done: Callable[[], bool], timeout: float, on_timeout: Callable[[float], Exception]) -> None:
+    """Call ``done()`` until it returns True; after ``timeout`` seconds raise ``on_timeout(elapsed)``.
+
+    Spins, yielding the core after each test so that ranks oversubscribed on few cores do not starve the
+    peer they wait for; after a second it sleeps 100 µs between tests.
+    """
+    if done():
+        return
+    start = time.perf_counter()
+    while True:
+        if done():
+            return
+        elapsed = time.perf_counter() - start
+        if elapsed > timeout:
+            raise on_timeout(elapsed)
+        if elapsed < _SPIN_S:
+            os.sched_yield()
+        else:
+            time.sleep(_SLEEP_S)
+
+
+class Channel(ABC):
+    """One exchange's messages, bound to a transport: started and completed once per exchange."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Post every receive and send (the send data is packed already)."""
+
+    @abstractmethod
+    def wait(self, timeout: float, operation: str) -> None:
+        """Complete every posted message, or raise GridcommTimeout naming ``operation`` and silent peers."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Free what the channel holds. Only call when no exchange is in flight."""
+
+
+class Transport(ABC):
+    """A way of moving per-peer messages between ranks."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
+        """Why this transport cannot move these fields here (None when it can)."""
+
+    @abstractmethod
+    def packer_kind(self, on_device: bool) -> PackerKind:
+        """Which packer feeds this transport: contiguous buffers ('copy') or MPI datatypes ('datatype')."""
+
+    @abstractmethod
+    def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
+        """A channel for the messages of ``packer`` (sends to ``packer.layout.sends``' peers, and so on)."""

@@ -1,0 +1,136 @@
+"""Transport ``mpi``: messages moved by MPI, as persistent point-to-point requests or a neighbourhood collective.
+
+The requests are made once when the exchange is bound (MPI-4 persistent operations), so an exchange only
+starts them and tests them: no Python objects or MPI requests are created per exchange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..comm import Communicator
+from ..errors import GridcommTimeout
+from .base import Channel, PackerKind, Transport, poll_until
+
+
+@dataclass(frozen=True)
+class MpiTransport(Transport):
+    """MPI transport.
+
+    Args:
+        method: ``"p2p"``: one persistent receive and send per peer (MPI_Recv_init/MPI_Send_init);
+            ``"neighbor"``: one persistent MPI_Neighbor_alltoallw over a graph communicator of the peers.
+        packing: ``"datatype"``: MPI reads and writes the fields through derived datatypes (host memory
+            only; no extra copies); ``"copy"``: gridcomm packs into contiguous buffers first.
+    """
+
+    method: Literal["p2p", "neighbor"] = "p2p"
+    packing: PackerKind = "datatype"
+    name = "mpi"
+
+    def __post_init__(self) -> None:
+        if self.method not in ("p2p", "neighbor"):
+            raise ValueError(f"MpiTransport(method={self.method!r}): use 'p2p' or 'neighbor'")
+        if self.packing not in ("datatype", "copy"):
+            raise ValueError(f"MpiTransport(packing={self.packing!r}): use 'datatype' or 'copy'")
+
+    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
+        if on_device and not comm.cuda_aware:
+            return (
+                "the fields are in GPU memory but this MPI is not CUDA-aware (MPIX_Query_cuda_support() "
+                "says no); handing it device pointers would crash it. Use transport='staged' or 'nccl', or an "
+                "MPI built with CUDA (set GRIDCOMM_MPI_CUDA_AWARE=1 only if you know it is)"
+            )
+        return None
+
+    def packer_kind(self, on_device: bool) -> PackerKind:
+        return "copy" if on_device else self.packing
+
+    def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
+        if self.method == "neighbor":
+            return _NeighborChannel(comm, packer)
+        return _P2PChannel(comm, packer, tag)
+
+
+def _timeout(comm: Communicator, operation: str, silent: list[int], elapsed: float) -> GridcommTimeout:
+    return GridcommTimeout(operation, comm.rank, silent, elapsed)
+
+
+class _P2PChannel(Channel):
+    def __init__(self, comm: Communicator, packer: Any, tag: int) -> None:
+        self._comm = comm
+        layout = packer.layout
+        self._recvs = [comm.mpi.Recv_init(packer.recv_message(i), m.peer, tag) for i, m in enumerate(layout.recvs)]
+        self._sends = [comm.mpi.Send_init(packer.send_message(i), m.peer, tag) for i, m in enumerate(layout.sends)]
+        self._recv_peers = [m.peer for m in layout.recvs]
+        self._send_peers = [m.peer for m in layout.sends]
+        self._all = self._recvs + self._sends
+
+    def start(self) -> None:
+        from mpi4py import MPI
+
+        MPI.Prequest.Startall(self._all)
+
+    def wait(self, timeout: float, operation: str) -> None:
+        from mpi4py import MPI
+
+        def silent_peers(elapsed: float) -> GridcommTimeout:
+            # Receives not arrived name the silent peers; unfinished sends only if every receive is in.
+            silent = sorted({p for r, p in zip(self._recvs, self._recv_peers, strict=True) if not r.Test()})
+            if not silent:
+                silent = sorted({p for r, p in zip(self._sends, self._send_peers, strict=True) if not r.Test()})
+            return _timeout(self._comm, operation, silent, elapsed)
+
+        poll_until(lambda: MPI.Request.Testall(self._all), timeout, silent_peers)
+
+    def close(self) -> None:
+        for request in self._all:
+            request.Free()
+        self._all, self._recvs, self._sends = [], [], []
+
+
+class _NeighborChannel(Channel):
+    """All messages in one persistent MPI_Neighbor_alltoallw over a distributed-graph communicator."""
+
+    def __init__(self, comm: Communicator, packer: Any) -> None:
+        from mpi4py import MPI
+
+        self._comm = comm
+        layout = packer.layout
+        self._sources = [m.peer for m in layout.recvs]
+        destinations = [m.peer for m in layout.sends]
+        self._graph = comm.mpi.Create_dist_graph_adjacent(self._sources, destinations, reorder=False)
+        self._types = [
+            self._absolute(message) for message in
+            [packer.send_message(i) for i in range(len(destinations))]
+            + [packer.recv_message(i) for i in range(len(self._sources))]
+        ]
+        sends, recvs = self._types[: len(destinations)], self._types[len(destinations) :]
+        self._request = self._graph.Neighbor_alltoallw_init(
+            [MPI.BOTTOM, [1] * len(sends), [0] * len(sends), sends],
+            [MPI.BOTTOM, [1] * len(recvs), [0] * len(recvs), recvs],
+        )
+
+    @staticmethod
+    def _absolute(message: Any) -> Any:
+        """An absolute-address datatype (for MPI.BOTTOM) of a message given as a buffer or [BOTTOM, 1, type]."""
+        from mpi4py import MPI
+
+        if isinstance(message, list) and message[0] is MPI.BOTTOM:
+            return message[2].Dup()
+        return MPI.Datatype.Create_struct([message.nbytes], [MPI.Get_address(message)], [MPI.BYTE]).Commit()
+
+    def start(self) -> None:
+        self._request.Start()
+
+    def wait(self, timeout: float, operation: str) -> None:
+        # A collective completes for all or none: every neighbour is a suspect.
+        poll_until(self._request.Test, timeout,
+                   lambda elapsed: _timeout(self._comm, operation, sorted(set(self._sources)), elapsed))
+
+    def close(self) -> None:
+        self._request.Free()
+        for datatype in self._types:
+            datatype.Free()
+        self._graph.Free()
