@@ -19,8 +19,20 @@ _DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
     np.dtype(t)
     for t in (
-        "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-        "float16", "float32", "float64", "complex64", "complex128",
+        "bool",
+        "int8",
+        "uint8",
+        "int16",
+        "uint16",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
     )
 )
 

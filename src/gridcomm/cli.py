@@ -15,9 +15,14 @@ from rich.table import Table
 from . import __version__
 from .launch import find_mpiexec, relaunch_self, run_under_mpiexec, under_launcher
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="gridcomm: halo exchanges and all-to-all transpositions for grid codes on CPUs and GPUs.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: each figure beside its floor, measured in the same run.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="gridcomm: halo exchanges and all-to-all transpositions for grid codes on CPUs and GPUs.",
+)
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Benchmarks: each figure beside its floor, measured in the same run."
+)
 app.add_typer(bench_app, name="bench")
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
@@ -55,8 +60,7 @@ def info() -> None:
     table.add_row("CuPy", cupy or escape("not installed (pip install 'gridcomm[gpu]')"))
     for where, on_device in (("host arrays", False), ("GPU arrays", True)):
         reasons = transports.available(comm, on_device)
-        table.add_row(f"transports, {where}",
-                      ", ".join(n for n, why in reasons.items() if why is None) or "none")
+        table.add_row(f"transports, {where}", ", ".join(n for n, why in reasons.items() if why is None) or "none")
     if comm.rank == 0:
         console.print(table)
     comm.close()
@@ -123,8 +127,14 @@ def bench_halo(
             progress.advance(task)
     if comm.rank == 0:
         machine = machine_info(comm.size)
-        config = {"sizes": size_list, "fields": field_list, "levels": levels, "halo": halo, "samples": samples,
-                  "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil"}
+        config = {
+            "sizes": size_list,
+            "fields": field_list,
+            "levels": levels,
+            "halo": halo,
+            "samples": samples,
+            "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil",
+        }
         path = write_results(out, "halo", machine, config, rows)
         png = plot_halo({"machine": machine, "results": rows}, path.with_suffix(".png"))
         console.print(_halo_table(rows))
@@ -139,11 +149,22 @@ def _halo_table(rows: list[dict]) -> Table:
         table.add_column(column, justify="right")
     for r in rows:
         best = r["best"]
-        cells = [f"[bold]{r['variants'][n]['median_s'] * 1e6:.1f}[/]" if n == best
-                 else f"{r['variants'][n]['median_s'] * 1e6:.1f}" for n in names]
-        table.add_row(f"{r['n']}²", str(r["fields"]), f"{r['bytes_per_peer_mean'] / 1024:.0f}", *cells,
-                      f"{r['floor']['median_s'] * 1e6:.1f}", f"{r['floor_fresh']['median_s'] * 1e6:.1f}",
-                      f"{r['best_over_floor']:.2f}x", f"{r['best_over_floor_fresh']:.2f}x")
+        cells = [
+            f"[bold]{r['variants'][n]['median_s'] * 1e6:.1f}[/]"
+            if n == best
+            else f"{r['variants'][n]['median_s'] * 1e6:.1f}"
+            for n in names
+        ]
+        table.add_row(
+            f"{r['n']}²",
+            str(r["fields"]),
+            f"{r['bytes_per_peer_mean'] / 1024:.0f}",
+            *cells,
+            f"{r['floor']['median_s'] * 1e6:.1f}",
+            f"{r['floor_fresh']['median_s'] * 1e6:.1f}",
+            f"{r['best_over_floor']:.2f}x",
+            f"{r['best_over_floor_fresh']:.2f}x",
+        )
     return table
 
 
@@ -167,8 +188,14 @@ def _progress(show: bool):
         return _NoProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    return Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=True)
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def main() -> None:

@@ -96,9 +96,7 @@ class Communicator:
         if isinstance(base, Communicator):
             base = base.mpi
         if not isinstance(base, MPI.Comm):
-            raise TypeError(
-                f"mpi_comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD), got {type(base).__name__}"
-            )
+            raise TypeError(f"mpi_comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD), got {type(base).__name__}")
         if base == MPI.COMM_NULL:
             raise ValueError("mpi_comm is MPI.COMM_NULL; pass a communicator this rank belongs to")
         if base == MPI.COMM_WORLD:

@@ -12,8 +12,9 @@ from .exchange import HaloExchanger
 from .verify import expected_after_exchange
 
 
-def run_demo(comm: Communicator, global_shape: Sequence[int] = (24, 20, 16), halo: int = 2,
-             say: Callable[[str], None] = print) -> bool:
+def run_demo(
+    comm: Communicator, global_shape: Sequence[int] = (24, 20, 16), halo: int = 2, say: Callable[[str], None] = print
+) -> bool:
     """Collective. Exchanges the halos of two fields (float64 C-order, int32 Fortran-order) once and compares
     every rank's whole local array with the serial reference, bit for bit. Returns True on every rank if all
     ranks match. ``say`` prints on rank 0."""
@@ -33,12 +34,18 @@ def run_demo(comm: Communicator, global_shape: Sequence[int] = (24, 20, 16), hal
     all_ok = comm.mpi.allreduce(ok, op=_mpi_land())
     if comm.rank == 0:
         say(f"grid {decomposition.global_shape} periodic, halo {halo} on every side, box stencil (26 neighbours)")
-        say(f"{comm.size} ranks on process grid {decomposition.proc_grid}; rank 0 owns "
-            f"{decomposition.interior_shape} points, local arrays {decomposition.local_shape}")
-        say(f"2 fields (float64 C-order, int32 Fortran-order) in one message per peer: rank 0 sends {sent} B "
-            f"to {peers} peer(s) per exchange, transport {exchanger.transport.name!r}")
-        say("every rank's local array, halo included, compared bit for bit with the serial reference: "
-            + ("OK" if all_ok else "MISMATCH"))
+        say(
+            f"{comm.size} ranks on process grid {decomposition.proc_grid}; rank 0 owns "
+            f"{decomposition.interior_shape} points, local arrays {decomposition.local_shape}"
+        )
+        say(
+            f"2 fields (float64 C-order, int32 Fortran-order) in one message per peer: rank 0 sends {sent} B "
+            f"to {peers} peer(s) per exchange, transport {exchanger.transport.name!r}"
+        )
+        say(
+            "every rank's local array, halo included, compared bit for bit with the serial reference: "
+            + ("OK" if all_ok else "MISMATCH")
+        )
     return bool(all_ok)
 
 

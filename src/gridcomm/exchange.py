@@ -80,11 +80,15 @@ class HaloExchanger:
         specs = self._agree_on_fields()
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
-        self._local_copies = [
-            (f[dst.slices], f[src.slices])
-            for f in self.fields
-            for src, dst in zip(self._own.send, self._own.recv, strict=True)
-        ] if self._own else []
+        self._local_copies = (
+            [
+                (f[dst.slices], f[src.slices])
+                for f in self.fields
+                for src, dst in zip(self._own.send, self._own.recv, strict=True)
+            ]
+            if self._own
+            else []
+        )
         self.layout = Layout.build(self.pattern, specs)
         if self.transport.packer_kind(self.on_device) == "datatype":
             self.packer: Any = DatatypePacker(self.layout, self.fields)
@@ -116,7 +120,9 @@ class HaloExchanger:
             mine = [(r, row[i] if i < len(row) else None) for r, row in enumerate(everyone)]
             counts = {r: len(row) for r, row in enumerate(everyone)}
             if len(set(counts.values())) > 1:
-                raise PatternError(f"ranks pass different numbers of fields: {counts}; every rank must pass the same list")
+                raise PatternError(
+                    f"ranks pass different numbers of fields: {counts}; every rank must pass the same list"
+                )
             dtypes = {d for _, (d, _) in mine}
             if len(dtypes) > 1:
                 raise PatternError(
@@ -190,4 +196,3 @@ class HaloExchanger:
             f"HaloExchanger({len(self.fields)} field(s), {len(self.layout.sends)} peer(s), transport="
             f"{self.transport.name!r}, {sent} B sent / {received} B received per exchange)"
         )
-

@@ -22,8 +22,12 @@ def find_mpiexec() -> str:
     """The mpiexec that matches mpi4py's MPI: the one beside this Python first (the venv's, from the
     ``mpich`` wheel), then ``GRIDCOMM_MPIEXEC``, then mpiexec or mpirun on PATH."""
     beside = Path(sys.executable).parent / "mpiexec"
-    candidates = [os.environ.get("GRIDCOMM_MPIEXEC"), str(beside) if beside.exists() else None,
-                  shutil.which("mpiexec"), shutil.which("mpirun")]
+    candidates = [
+        os.environ.get("GRIDCOMM_MPIEXEC"),
+        str(beside) if beside.exists() else None,
+        shutil.which("mpiexec"),
+        shutil.which("mpirun"),
+    ]
     for candidate in candidates:
         if candidate:
             return candidate

@@ -63,8 +63,7 @@ class Pattern:
         """Raise PatternError if a selection reaches outside ``local_shape``."""
         for peer in self.peers:
             for box in peer.send + peer.recv:
-                if any(a < 0 or b > n or a > b for a, b, n in zip(box.start, box.stop, self.local_shape,
-                                                                    strict=True)):
+                if any(a < 0 or b > n or a > b for a, b, n in zip(box.start, box.stop, self.local_shape, strict=True)):
                     raise PatternError(f"selection {box} for peer {peer.rank} lies outside {self.local_shape}")
 
     def check_matches_peers(self, mpi_comm) -> None:

@@ -70,7 +70,10 @@ def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]
     halo = ((case.halo, case.halo), (case.halo, case.halo), (0, 0))
     px, py = choose_proc_grid(comm.size, (case.n, case.n), halo[:2], (True, True))
     decomposition = CartesianDecomposition(
-        comm, (case.n * px, case.n * py, case.levels), halo=halo, periodic=(True, True, False),
+        comm,
+        (case.n * px, case.n * py, case.levels),
+        halo=halo,
+        periodic=(True, True, False),
         proc_grid=(px, py, 1),
     )
     rng = np.random.default_rng(comm.rank)

@@ -42,11 +42,13 @@ def gpus() -> list[dict[str, Any]]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(handle)
-            found.append({
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else name,
-                "memory_GiB": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 1),
-            })
+            found.append(
+                {
+                    "index": i,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_GiB": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 1),
+                }
+            )
         return found
     finally:
         pynvml.nvmlShutdown()

@@ -17,8 +17,9 @@ def result_path(out_dir: Path, benchmark: str, machine: dict[str, Any]) -> Path:
     return Path(out_dir) / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".json")
 
 
-def write_results(out_dir: Path, benchmark: str, machine: dict[str, Any], config: dict[str, Any],
-                  rows: list[dict[str, Any]]) -> Path:
+def write_results(
+    out_dir: Path, benchmark: str, machine: dict[str, Any], config: dict[str, Any], rows: list[dict[str, Any]]
+) -> Path:
     """Write one benchmark run to a new JSON file; returns its path."""
     path = result_path(out_dir, benchmark, machine)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,8 +44,7 @@ def plot_halo(payload: dict[str, Any], png: Path) -> Path:
         for name in mine[0]["variants"]:
             ax.loglog(x, [r["variants"][name]["median_s"] * 1e6 for r in mine], "o-", label=f"gridcomm {name}")
         ax.loglog(x, [r["floor"]["median_s"] * 1e6 for r in mine], "k--", label="floor: Isend/Irecv, contiguous")
-        ax.loglog(x, [r["floor_fresh"]["median_s"] * 1e6 for r in mine], "k:",
-                  label="floor, send buffer rewritten")
+        ax.loglog(x, [r["floor_fresh"]["median_s"] * 1e6 for r in mine], "k:", label="floor, send buffer rewritten")
         ax.set_title(f"{count} field(s), {mine[0]['levels']} levels, halo {mine[0]['halo']}")
         ax.set_xlabel("bytes per peer per exchange [KiB]")
         ax.set_ylabel("time per exchange [µs]")

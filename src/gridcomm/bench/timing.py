@@ -19,12 +19,17 @@ class Timing:
     calls_per_sample: int
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"median_s": self.median, "min_s": self.minimum, "samples": self.samples,
-                "calls_per_sample": self.calls_per_sample}
+        return {
+            "median_s": self.median,
+            "min_s": self.minimum,
+            "samples": self.samples,
+            "calls_per_sample": self.calls_per_sample,
+        }
 
 
-def time_collective(mpi_comm: Any, run: Callable[[], Any], *, samples: int = 7, min_sample_s: float = 0.02,
-                    warmup: int = 3) -> Timing:
+def time_collective(
+    mpi_comm: Any, run: Callable[[], Any], *, samples: int = 7, min_sample_s: float = 0.02, warmup: int = 3
+) -> Timing:
     """Time ``run()`` on every rank of ``mpi_comm``.
 
     Batches are sized (the same on every rank) so that one batch lasts at least ``min_sample_s``; each

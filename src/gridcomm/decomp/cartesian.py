@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..arrays import array_module, check_dtype, to_host
+from ..arrays import check_dtype, to_host
 from ..comm import Communicator
 from ..errors import DecompositionError, FieldError
 from ..pattern import Box, Pattern, PeerPlan

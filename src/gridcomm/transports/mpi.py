@@ -102,8 +102,8 @@ class _NeighborChannel(Channel):
         destinations = [m.peer for m in layout.sends]
         self._graph = comm.mpi.Create_dist_graph_adjacent(self._sources, destinations, reorder=False)
         self._types = [
-            self._absolute(message) for message in
-            [packer.send_message(i) for i in range(len(destinations))]
+            self._absolute(message)
+            for message in [packer.send_message(i) for i in range(len(destinations))]
             + [packer.recv_message(i) for i in range(len(self._sources))]
         ]
         sends, recvs = self._types[: len(destinations)], self._types[len(destinations) :]
@@ -126,8 +126,11 @@ class _NeighborChannel(Channel):
 
     def wait(self, timeout: float, operation: str) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
-        poll_until(self._request.Test, timeout,
-                   lambda elapsed: _timeout(self._comm, operation, sorted(set(self._sources)), elapsed))
+        poll_until(
+            self._request.Test,
+            timeout,
+            lambda elapsed: _timeout(self._comm, operation, sorted(set(self._sources)), elapsed),
+        )
 
     def close(self) -> None:
         self._request.Free()
