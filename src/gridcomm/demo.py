@@ -39,8 +39,9 @@ def run_demo(
             f"{decomposition.interior_shape} points, local arrays {decomposition.local_shape}"
         )
         say(
-            f"2 fields (float64 C-order, int32 Fortran-order) in one message per peer: rank 0 sends {sent} B "
-            f"to {peers} peer(s) per exchange, transport {exchanger.transport.name!r}"
+            "2 fields (float64 C-order, int32 Fortran-order) in one message per peer: rank 0 sends "
+            f"{sent} B and receives {received} B per exchange to/from {peers} other rank(s), "
+            f"transport {exchanger.transport.name!r}"
         )
         say(
             "every rank's local array, halo included, compared bit for bit with the serial reference: "
