@@ -108,6 +108,7 @@ class Communicator:
         if self.timeout <= 0:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
         self._next_tag = 0
+        self.facts: dict[str, Any] = {}  # collective findings about these ranks, e.g. which transports work
 
     @classmethod
     def wrap(cls, comm: Any) -> Communicator:
@@ -130,13 +131,16 @@ class Communicator:
         finally:
             node.Free()
 
+    TAGS_PER_EXCHANGER = 4
+
     def new_tag(self) -> int:
-        """A message tag for a new exchanger. Exchangers are built collectively in the same order on every
-        rank, so every rank draws the same tag."""
+        """The first of ``TAGS_PER_EXCHANGER`` message tags reserved for a new exchanger. Exchangers are built
+        collectively in the same order on every rank, so every rank draws the same tags."""
         from mpi4py import MPI
 
         upper = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767
-        tag = self._next_tag % (upper + 1)
+        blocks = (upper + 1) // self.TAGS_PER_EXCHANGER
+        tag = (self._next_tag % blocks) * self.TAGS_PER_EXCHANGER
         self._next_tag += 1
         return tag
 

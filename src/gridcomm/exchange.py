@@ -7,7 +7,7 @@ from typing import Any
 from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
 from .comm import Communicator
 from .errors import FieldError, GridcommError, PatternError
-from .packing import CopyPacker, DatatypePacker, FieldSpec, Layout
+from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout
 from .pattern import Pattern
 from .transports import Transport, choose
 
@@ -90,8 +90,11 @@ class HaloExchanger:
             else []
         )
         self.layout = Layout.build(self.pattern, specs)
-        if self.transport.packer_kind(self.on_device) == "datatype":
+        kind = self.transport.packer_kind(self.on_device)
+        if kind == "datatype":
             self.packer: Any = DatatypePacker(self.layout, self.fields)
+        elif kind == "direct":
+            self.packer = DirectPacker(self.layout, self.fields)
         else:
             self.packer = CopyPacker(self.layout, self.fields, self.xp)
         self.tag = self.comm.new_tag()
@@ -171,8 +174,13 @@ class HaloExchanger:
 
     @property
     def bytes_per_exchange(self) -> tuple[int, int]:
-        """(bytes sent, bytes received) by this rank per exchange, padding included."""
+        """(bytes sent, bytes received) by this rank per exchange to and from other ranks, padding included."""
         return sum(m.nbytes for m in self.layout.sends), sum(m.nbytes for m in self.layout.recvs)
+
+    @property
+    def local_copy_nbytes(self) -> int:
+        """Bytes a rank copies from itself to itself per exchange (periodic wrap over a single rank)."""
+        return sum(dst.nbytes for dst, _ in self._local_copies)
 
     def close(self) -> None:
         """Free requests, datatypes and buffers. The exchanger cannot be used afterwards."""

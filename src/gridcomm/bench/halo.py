@@ -21,10 +21,11 @@ import numpy as np
 from ..comm import Communicator
 from ..decomp import CartesianDecomposition, choose_proc_grid
 from ..exchange import HaloExchanger
-from ..transports import MpiTransport
+from ..transports import CmaTransport, MpiTransport, Transport
 from .timing import time_collective
 
-VARIANTS: dict[str, MpiTransport] = {
+VARIANTS: dict[str, Transport] = {
+    "cma": CmaTransport(),
     "p2p/datatype": MpiTransport("p2p", "datatype"),
     "p2p/copy": MpiTransport("p2p", "copy"),
     "neighbor/datatype": MpiTransport("neighbor", "datatype"),
@@ -43,22 +44,25 @@ class HaloCase:
 
 
 def _floor(comm: Communicator, exchanger: HaloExchanger, fresh: bool) -> Callable[[], None]:
-    """Isend/Irecv of contiguous buffers with the exchanger's per-peer byte counts."""
+    """Isend/Irecv of contiguous buffers with the exchanger's per-peer byte counts, plus a message to itself
+    of the bytes the exchanger copies locally (periodic wrap over one rank)."""
     from mpi4py import MPI
 
     mpi = comm.mpi
     layout = exchanger.layout
-    sends = [np.ones(m.nbytes, np.uint8) for m in layout.sends]
-    sources = [np.ones(m.nbytes, np.uint8) for m in layout.sends]
-    recvs = [np.empty(m.nbytes, np.uint8) for m in layout.recvs]
+    to_self = [(comm.rank, exchanger.local_copy_nbytes)] if exchanger.local_copy_nbytes else []
+    send_sizes = [(m.peer, m.nbytes) for m in layout.sends] + to_self
+    recv_sizes = [(m.peer, m.nbytes) for m in layout.recvs] + to_self
+    sends = [(p, np.ones(n, np.uint8)) for p, n in send_sizes]
+    sources = [np.ones(n, np.uint8) for _, n in send_sizes]
+    recvs = [(p, np.empty(n, np.uint8)) for p, n in recv_sizes]
     tag = comm.new_tag()
 
     def run() -> None:
         if fresh:
-            for buffer, source in zip(sends, sources, strict=True):
+            for (_, buffer), source in zip(sends, sources, strict=True):
                 np.copyto(buffer, source)
-        requests = [mpi.Irecv(b, m.peer, tag) for b, m in zip(recvs, layout.recvs, strict=True)]
-        requests += [mpi.Isend(b, m.peer, tag) for b, m in zip(sends, layout.sends, strict=True)]
+        requests = [mpi.Irecv(b, p, tag) for p, b in recvs] + [mpi.Isend(b, p, tag) for p, b in sends]
         MPI.Request.Waitall(requests)
 
     return run

@@ -2,6 +2,7 @@
 
 from .copy import CopyPacker
 from .datatype import DatatypePacker
+from .direct import DirectPacker, box_runs
 from .layout import FieldSpec, Layout, PeerMessage, Segment
 
-__all__ = ["CopyPacker", "DatatypePacker", "FieldSpec", "Layout", "PeerMessage", "Segment"]
+__all__ = ["CopyPacker", "DatatypePacker", "DirectPacker", "FieldSpec", "Layout", "PeerMessage", "Segment", "box_runs"]

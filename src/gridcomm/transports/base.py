@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from ..comm import Communicator
 
-PackerKind = Literal["copy", "datatype"]
+PackerKind = Literal["copy", "datatype", "direct"]
 
 # Waits shorter than this spin (yielding the core); longer ones sleep between tests. MPI moves large
 # messages in chunks, each needing a test on both sides, so sleeping early would stall every chunk.
@@ -71,7 +71,8 @@ class Transport(ABC):
 
     @abstractmethod
     def packer_kind(self, on_device: bool) -> PackerKind:
-        """Which packer feeds this transport: contiguous buffers ('copy') or MPI datatypes ('datatype')."""
+        """Which packer feeds this transport: contiguous buffers ('copy'), MPI datatypes ('datatype') or
+        the fields' own memory runs ('direct', for transports that copy straight between fields)."""
 
     @abstractmethod
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:

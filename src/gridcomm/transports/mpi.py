@@ -21,12 +21,14 @@ class MpiTransport(Transport):
     Args:
         method: ``"p2p"``: one persistent receive and send per peer (MPI_Recv_init/MPI_Send_init);
             ``"neighbor"``: one persistent MPI_Neighbor_alltoallw over a graph communicator of the peers.
-        packing: ``"datatype"``: MPI reads and writes the fields through derived datatypes (host memory
-            only; no extra copies); ``"copy"``: gridcomm packs into contiguous buffers first.
+        packing: ``"copy"``: gridcomm packs into contiguous buffers, which MPI moves with one copy;
+            ``"datatype"``: MPI reads and writes the fields through derived datatypes (host memory only),
+            which saves gridcomm's copies but sends through MPI's own staging buffers.
+            The defaults are the fastest in ``gridcomm bench halo`` (docs/design.md has the figures).
     """
 
     method: Literal["p2p", "neighbor"] = "p2p"
-    packing: PackerKind = "datatype"
+    packing: PackerKind = "copy"
     name = "mpi"
 
     def __post_init__(self) -> None:
