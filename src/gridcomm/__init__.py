@@ -2,7 +2,7 @@
 
 from ._version import __version__
 from .comm import Communicator
-from .decomp import CartesianDecomposition
+from .decomp import CartesianDecomposition, UnstructuredDecomposition
 from .errors import (
     DecompositionError,
     FieldError,
@@ -12,7 +12,7 @@ from .errors import (
     TransportError,
 )
 from .exchange import ExchangeHandle, HaloExchanger
-from .pattern import Box, Pattern, PeerPlan
+from .pattern import Box, Pattern, PeerPlan, Rows
 
 __all__ = [
     "Box",
@@ -27,6 +27,8 @@ __all__ = [
     "Pattern",
     "PatternError",
     "PeerPlan",
+    "Rows",
     "TransportError",
+    "UnstructuredDecomposition",
     "__version__",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,7 @@ from .launch import find_mpiexec, relaunch_self, run_under_mpiexec, under_launch
 
 app = typer.Typer(
     add_completion=False,
+    pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="gridcomm: halo exchanges and all-to-all transpositions for grid codes on CPUs and GPUs.",
 )
@@ -198,7 +200,20 @@ def _progress(show: bool):
     )
 
 
+def _abort_other_ranks() -> None:
+    """After an uncaught error on one rank, end the whole job: the other ranks would wait for it forever."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        sys.stderr.flush()
+        mpi.COMM_WORLD.Abort(1)
+
+
 def main() -> None:
     """Entry point of the ``gridcomm`` command."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app()
+    try:
+        app()
+    except Exception:
+        traceback.print_exc()
+        _abort_other_ranks()
+        sys.exit(1)

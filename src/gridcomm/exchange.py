@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
 from .comm import Communicator
 from .errors import FieldError, GridcommError, PatternError
@@ -61,7 +63,9 @@ class HaloExchanger:
         self.comm: Communicator = decomposition.comm
         full = decomposition.pattern()
         # What a rank sends itself (periodic wrap over one rank) is copied field to field, not sent.
-        self.pattern = Pattern(full.local_shape, tuple(p for p in full.peers if p.rank != self.comm.rank))
+        self.pattern = Pattern(
+            full.local_shape, tuple(p for p in full.peers if p.rank != self.comm.rank), full.trailing_axes
+        )
         self._own = next((p for p in full.peers if p.rank == self.comm.rank), None)
         raw = list(fields) if isinstance(fields, list | tuple) else [fields]
         if not raw:
@@ -80,6 +84,7 @@ class HaloExchanger:
         specs = self._agree_on_fields()
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
+        # Unstructured patterns never send to their own rank, so local copies are always of boxes.
         self._local_copies = (
             [
                 (f[dst.slices], f[src.slices])
@@ -103,42 +108,53 @@ class HaloExchanger:
         self._handle = ExchangeHandle(self)
         self._closed = False
 
+    def _check_field(self, i: int, f: Any) -> tuple[str, str, tuple[int, ...]]:
+        """(dtype, memory orders it can be read in, trailing shape) of field ``i``; FieldError if it does not fit."""
+        what = f"field {i}"
+        dtype = check_dtype(f.dtype, what)
+        shape, expected = tuple(f.shape), self.pattern.local_shape
+        fits = shape[: len(expected)] == expected if self.pattern.trailing_axes else shape == expected
+        if not fits:
+            more = " followed by any trailing axes (e.g. levels)" if self.pattern.trailing_axes else ""
+            raise FieldError(
+                f"{what} has shape {shape} on rank {self.comm.rank}, but the decomposition's local arrays there "
+                f"are {expected}{more}; allocate fields with decomposition.empty(dtype) / zeros(dtype)"
+            )
+        memory_order(f, what)  # raises for a strided view
+        return dtype.str, _compatible_orders(f), shape[len(expected) :]
+
     def _agree_on_fields(self) -> list[FieldSpec]:
-        """Check every field here, then that all ranks have the same dtypes and a common memory order."""
-        local = []
-        for i, f in enumerate(self.fields):
-            what = f"field {i}"
-            dtype = check_dtype(f.dtype, what)
-            if tuple(f.shape) != self.pattern.local_shape:
-                raise FieldError(
-                    f"{what} has shape {tuple(f.shape)} on rank {self.comm.rank}, but the decomposition's local "
-                    f"arrays there are {self.pattern.local_shape} (interior plus halo); allocate fields with "
-                    "decomposition.empty(dtype) / zeros(dtype)"
-                )
-            memory_order(f, what)  # raises for a strided view
-            local.append((dtype.str, _compatible_orders(f)))
-        everyone = self.comm.mpi.allgather(local)
+        """Collective: check every field here, then that all ranks pass the same number of fields, each with
+        one dtype, a common memory order and one trailing shape. Every rank raises if any rank found a problem."""
+        try:
+            local, error = [self._check_field(i, f) for i, f in enumerate(self.fields)], None
+        except FieldError as problem:
+            local, error = [], problem
+        everyone = self.comm.mpi.allgather((local, None if error is None else str(error)))
+        if error is not None:
+            raise error
+        for rank, (_, message) in enumerate(everyone):
+            if message is not None:
+                raise FieldError(f"rank {rank} rejected its fields: {message}")
+        counts = {rank: len(rows) for rank, (rows, _) in enumerate(everyone)}
+        if len(set(counts.values())) > 1:
+            raise PatternError(f"ranks pass different numbers of fields ({counts}); every rank must pass the same list")
         specs = []
-        for i, (dtype, _) in enumerate(local):
-            mine = [(r, row[i] if i < len(row) else None) for r, row in enumerate(everyone)]
-            counts = {r: len(row) for r, row in enumerate(everyone)}
-            if len(set(counts.values())) > 1:
-                raise PatternError(
-                    f"ranks pass different numbers of fields: {counts}; every rank must pass the same list"
-                )
-            dtypes = {d for _, (d, _) in mine}
+        for i in range(len(local)):
+            dtypes = {rows[i][0] for rows, _ in everyone}
             if len(dtypes) > 1:
                 raise PatternError(
                     f"field {i} has different dtypes on different ranks ({sorted(dtypes)}); use one dtype per field"
                 )
-            common = set("CF")
-            for _, (_, orders) in mine:
-                common &= set(orders)
+            common = set("CF").intersection(*(rows[i][1] for rows, _ in everyone))
             if not common:
                 raise PatternError(
                     f"field {i} is C-ordered on some ranks and Fortran-ordered on others; use one order per field"
                 )
-            specs.append(FieldSpec(check_dtype(dtype, f"field {i}"), "C" if "C" in common else "F"))
+            trailing = {rows[i][2] for rows, _ in everyone}
+            if len(trailing) > 1:
+                raise PatternError(f"field {i} has different trailing shapes on different ranks ({sorted(trailing)})")
+            specs.append(FieldSpec(np.dtype(local[i][0]), "C" if "C" in common else "F", local[i][2]))
         return specs
 
     # -- running ----------------------------------------------------------------------------------------

@@ -56,9 +56,18 @@ def _is_open_mpi(launcher: str) -> bool:
     return "Open MPI" in out or "OpenRTE" in out
 
 
+def with_abort_on_error(command: Sequence[str]) -> list[str]:
+    """``python script.py ...`` becomes ``python -m mpi4py script.py ...``: an uncaught exception on one rank
+    then aborts the whole job instead of leaving the other ranks waiting for it forever."""
+    command = list(command)
+    if command and Path(command[0]).name.startswith("python") and len(command) > 1 and command[1].endswith(".py"):
+        return [command[0], "-m", "mpi4py", *command[1:]]
+    return command
+
+
 def run_under_mpiexec(nprocs: int, command: Sequence[str]) -> int:
     """Run ``command`` on ``nprocs`` ranks, streaming its output; returns its exit status."""
-    args = mpiexec_command(nprocs, command)
+    args = mpiexec_command(nprocs, with_abort_on_error(command))
     return subprocess.run(args).returncode
 
 

@@ -30,13 +30,33 @@ class Box:
         return tuple(slice(a, b) for a, b in zip(self.start, self.stop, strict=True))
 
 
+@dataclass(frozen=True, eq=False)
+class Rows:
+    """Rows (entries of the first axis) of a local array, in message order: nodes of an unstructured mesh.
+    Every trailing axis (e.g. vertical levels) travels with its row."""
+
+    index: np.ndarray
+
+    def __post_init__(self) -> None:
+        index = np.ascontiguousarray(self.index, dtype=np.int64)
+        index.setflags(write=False)
+        object.__setattr__(self, "index", index)
+
+    @property
+    def size(self) -> int:
+        return len(self.index)
+
+
+Selection = Box | Rows
+
+
 @dataclass(frozen=True)
 class PeerPlan:
     """What one rank exchanges with one peer: the selections are packed in this order into one message."""
 
     rank: int
-    send: tuple[Box, ...]
-    recv: tuple[Box, ...]
+    send: tuple[Selection, ...]
+    recv: tuple[Selection, ...]
 
     @property
     def send_size(self) -> int:
@@ -53,18 +73,25 @@ class PeerPlan:
 class Pattern:
     """Everything one rank sends and receives in an exchange, peers in ascending rank order.
 
-    ``local_shape`` is the shape every field of the exchange must have on this rank.
+    ``local_shape`` is the shape every field of the exchange must have on this rank; with
+    ``trailing_axes`` fields may have more axes after it (e.g. levels), which travel with each row.
     """
 
     local_shape: tuple[int, ...]
     peers: tuple[PeerPlan, ...]
+    trailing_axes: bool = False
 
     def check_bounds(self) -> None:
         """Raise PatternError if a selection reaches outside ``local_shape``."""
         for peer in self.peers:
-            for box in peer.send + peer.recv:
-                if any(a < 0 or b > n or a > b for a, b, n in zip(box.start, box.stop, self.local_shape, strict=True)):
-                    raise PatternError(f"selection {box} for peer {peer.rank} lies outside {self.local_shape}")
+            for sel in peer.send + peer.recv:
+                if isinstance(sel, Rows):
+                    bad = sel.size > 0 and (sel.index.min() < 0 or sel.index.max() >= self.local_shape[0])
+                else:
+                    bounds = zip(sel.start, sel.stop, self.local_shape, strict=True)
+                    bad = any(a < 0 or b > n or a > b for a, b, n in bounds)
+                if bad:
+                    raise PatternError(f"a selection for peer {peer.rank} lies outside {self.local_shape}")
 
     def check_matches_peers(self, mpi_comm) -> None:
         """Collective: raise PatternError on every rank if some pair of ranks disagrees on a message size.

@@ -2,5 +2,6 @@
 
 from .cartesian import CartesianDecomposition
 from .procgrid import block_sizes, choose_proc_grid
+from .unstructured import UnstructuredDecomposition
 
-__all__ = ["CartesianDecomposition", "block_sizes", "choose_proc_grid"]
+__all__ = ["CartesianDecomposition", "UnstructuredDecomposition", "block_sizes", "choose_proc_grid"]

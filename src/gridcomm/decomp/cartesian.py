@@ -207,17 +207,26 @@ class CartesianDecomposition:
         """
         from mpi4py import MPI
 
+        sendbuf, problem, dtype = None, None, None
         if self.comm.rank == root:
             g = to_host(global_array) if global_array is not None else None
-            if g is None or tuple(g.shape) != self.global_shape:
-                shape = None if g is None else tuple(g.shape)
-                raise FieldError(f"scatter: the global array on root has shape {shape}, expected {self.global_shape}")
-            dtype = check_dtype(g.dtype, "the global array")
-            blocks = [np.ascontiguousarray(g[self.global_slices_of(r)]).ravel() for r in range(self.comm.size)]
-            sendbuf = np.concatenate(blocks).view(np.uint8)
-        else:
-            dtype, sendbuf = None, None
-        dtype = np.dtype(self.comm.mpi.bcast(None if dtype is None else dtype.str, root=root))
+            shape = None if g is None else tuple(g.shape)
+            try:
+                if shape != self.global_shape:
+                    raise FieldError(
+                        f"scatter: the global array on root has shape {shape}, expected {self.global_shape}"
+                    )
+                dtype = check_dtype(g.dtype, "the global array")
+            except FieldError as error:
+                problem = str(error)
+            else:
+                blocks = [np.ascontiguousarray(g[self.global_slices_of(r)]).ravel() for r in range(self.comm.size)]
+                sendbuf = np.concatenate(blocks).view(np.uint8)
+        # Root tells everyone the dtype, or what was wrong, so that no rank waits for data that never comes.
+        dtype_str, problem = self.comm.mpi.bcast((None if dtype is None else dtype.str, problem), root=root)
+        if problem:
+            raise FieldError(problem if self.comm.rank == root else f"rank {root} (root of scatter): {problem}")
+        dtype = np.dtype(dtype_str)
         counts = [math.prod(self._interior_shape_of(r)) * dtype.itemsize for r in range(self.comm.size)]
         block = np.empty(math.prod(self.interior_shape), dtype=dtype)
         send = [sendbuf, counts, MPI.BYTE] if self.comm.rank == root else None

@@ -1,21 +1,27 @@
 """Packing by array copies: every selection of every field copied into (and out of) one contiguous buffer.
 
-Works for any array module with ``copyto`` (NumPy, CuPy). The views are made once at construction, so a
-pack or unpack allocates nothing: it is one ``copyto`` per field and selection.
+Works for any array module with ``copyto`` and ``take`` (NumPy, CuPy). The views are made once at
+construction, so a pack or unpack allocates no buffers: it is one copy per field and selection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from ..pattern import Rows
 from .layout import Layout, PeerMessage
 
 
 def _segment_view(buffer: Any, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...], order: str) -> Any:
     return buffer[offset : offset + nbytes].view(dtype).reshape(shape, order=order)
+
+
+def _put_rows(field: Any, index: Any, packed: Any) -> None:
+    field[index] = packed
 
 
 class CopyPacker:
@@ -34,33 +40,44 @@ class CopyPacker:
         self.layout = layout
         self.send_buffer = xp.empty(max(layout.send_nbytes, 1), dtype=np.uint8)
         self.recv_buffer = xp.empty(max(layout.recv_nbytes, 1), dtype=np.uint8)
-        self._pack = self._pairs(layout.sends, self.send_buffer, fields, into_buffer=True)
-        self._unpack = self._pairs(layout.recvs, self.recv_buffer, fields, into_buffer=False)
+        self._pack = self._copies(layout.sends, self.send_buffer, fields, into_buffer=True)
+        self._unpack = self._copies(layout.recvs, self.recv_buffer, fields, into_buffer=False)
 
-    def _pairs(
+    def _copies(
         self, messages: Sequence[PeerMessage], buffer: Any, fields: Sequence[Any], into_buffer: bool
-    ) -> list[tuple[Any, Any]]:
-        pairs = []
+    ) -> list[Callable[[], Any]]:
+        """One prepared copy per field and selection: boxes by copyto of views, rows by take / put."""
+        xp, copies = self.xp, []
         for message in messages:
             for seg in message.segments:
-                field, spec = fields[seg.field], self.layout.fields[seg.field]
+                field, spec, sel = fields[seg.field], self.layout.fields[seg.field], seg.selection
+                shape = (sel.size, *spec.trailing) if isinstance(sel, Rows) else sel.shape
                 # Packed in the order all ranks agreed on, so that sender and receiver read the same bytes.
-                packed = _segment_view(buffer, seg.offset, seg.nbytes, spec.dtype, seg.box.shape, spec.order)
-                selected = field[seg.box.slices]
-                pairs.append((packed, selected) if into_buffer else (selected, packed))
-        return pairs
+                packed = _segment_view(buffer, seg.offset, seg.nbytes, spec.dtype, shape, spec.order)
+                if isinstance(sel, Rows):
+                    index = xp.asarray(sel.index)
+                    # mode="clip": indices were checked at bind time, and "raise" would buffer the output.
+                    copies.append(
+                        partial(xp.take, field, index, axis=0, out=packed, mode="clip")
+                        if into_buffer
+                        else partial(_put_rows, field, index, packed)
+                    )
+                else:
+                    selected = field[sel.slices]
+                    copies.append(
+                        partial(xp.copyto, packed, selected) if into_buffer else partial(xp.copyto, selected, packed)
+                    )
+        return copies
 
     def pack(self) -> None:
         """Copy every send selection into the send buffer."""
-        copyto = self.xp.copyto
-        for dst, src in self._pack:
-            copyto(dst, src)
+        for copy in self._pack:
+            copy()
 
     def unpack(self) -> None:
         """Copy the receive buffer into every receive selection."""
-        copyto = self.xp.copyto
-        for dst, src in self._unpack:
-            copyto(dst, src)
+        for copy in self._unpack:
+            copy()
 
     def send_message(self, index: int) -> Any:
         """The bytes of send message ``index`` (a view of the send buffer)."""

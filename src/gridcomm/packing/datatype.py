@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .layout import Layout, PeerMessage
+from ..pattern import Rows, Selection
+from .layout import FieldSpec, Layout, PeerMessage
 
 
 def _element_type(dtype: np.dtype) -> Any:
@@ -30,6 +31,29 @@ def _element_type(dtype: np.dtype) -> Any:
     if element == MPI.DATATYPE_NULL or element.Get_size() != dtype.itemsize:
         return MPI.BYTE.Create_contiguous(dtype.itemsize)
     return element
+
+
+def _selection_type(shape: tuple[int, ...], spec: FieldSpec, sel: Selection) -> Any:
+    """An MPI datatype of ``sel`` inside an array of ``shape``, traversed in the agreed order ``spec.order``."""
+    from mpi4py import MPI
+
+    element = _element_type(spec.dtype)
+    if isinstance(sel, Rows):
+        rows, items = shape[0], spec.row_items
+        if spec.order == "C":  # a row's trailing items are contiguous
+            row = element.Create_contiguous(items)
+            result = row.Create_indexed_block(1, sel.index.tolist())
+            row.Free()
+        else:  # item t of row i sits at i + rows * t: the selected rows of each item, item after item
+            column = element.Create_indexed_block(1, sel.index.tolist())
+            result = column.Create_hvector(items, 1, rows * spec.dtype.itemsize)
+            column.Free()
+    else:
+        order = MPI.ORDER_C if spec.order == "C" else MPI.ORDER_FORTRAN
+        result = element.Create_subarray(shape, sel.shape, sel.start, order=order)
+    if not element.is_predefined:
+        element.Free()
+    return result
 
 
 class DatatypePacker:
@@ -48,11 +72,7 @@ class DatatypePacker:
         parts, addresses = [], []
         for seg in message.segments:
             field, spec = fields[seg.field], self.layout.fields[seg.field]
-            order = MPI.ORDER_C if spec.order == "C" else MPI.ORDER_FORTRAN
-            element = _element_type(spec.dtype)
-            parts.append(element.Create_subarray(field.shape, seg.box.shape, seg.box.start, order=order))
-            if not element.is_predefined:
-                element.Free()
+            parts.append(_selection_type(field.shape, spec, seg.selection))
             addresses.append(MPI.Get_address(field))
         datatype = MPI.Datatype.Create_struct([1] * len(parts), addresses, parts).Commit()
         for part in parts:

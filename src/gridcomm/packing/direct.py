@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..pattern import Box
-from .layout import Layout, PeerMessage
+from ..pattern import Box, Rows
+from .layout import FieldSpec, Layout, PeerMessage
 
 
 def box_runs(shape: Sequence[int], itemsize: int, order: str, box: Box) -> tuple[np.ndarray, int]:
@@ -35,6 +35,15 @@ def box_runs(shape: Sequence[int], itemsize: int, order: str, box: Box) -> tuple
     return offsets, run
 
 
+def rows_runs(rows: int, spec: FieldSpec, sel: Rows) -> tuple[np.ndarray, int]:
+    """Like :func:`box_runs` for selected rows of an array of ``rows`` rows and ``spec.trailing`` items each."""
+    items, itemsize = spec.row_items, spec.dtype.itemsize
+    if spec.order == "C":
+        return sel.index * (items * itemsize), items * itemsize
+    offsets = (np.arange(items, dtype=np.int64)[:, None] * rows + sel.index[None, :]) * itemsize
+    return offsets.ravel(), itemsize
+
+
 class DirectPacker:
     """Describes messages as runs of (address, bytes) in the fields; ``pack`` and ``unpack`` do nothing."""
 
@@ -47,8 +56,11 @@ class DirectPacker:
     def _runs(self, message: PeerMessage) -> np.ndarray:
         pieces = []
         for seg in message.segments:
-            field, spec = self._fields[seg.field], self.layout.fields[seg.field]
-            offsets, run = box_runs(field.shape, spec.dtype.itemsize, spec.order, seg.box)
+            field, spec, sel = self._fields[seg.field], self.layout.fields[seg.field], seg.selection
+            if isinstance(sel, Rows):
+                offsets, run = rows_runs(field.shape[0], spec, sel)
+            else:
+                offsets, run = box_runs(field.shape, spec.dtype.itemsize, spec.order, sel)
             base = field.__array_interface__["data"][0]
             pieces.append(np.stack([offsets + base, np.full_like(offsets, run)], axis=1))
         return np.concatenate(pieces) if pieces else np.zeros((0, 2), dtype=np.int64)

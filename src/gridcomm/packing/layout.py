@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..pattern import Box, Pattern
+from ..pattern import Pattern, Selection
 
 # Segments start on 16-byte boundaries: typed views stay aligned and GPU kernels can use vector loads.
 ALIGNMENT = 16
@@ -19,14 +20,17 @@ def _align(n: int) -> int:
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """What the packers need to know of a field: its element type and memory order ('C' or 'F')."""
+    """What the packers need to know of a field: its element type, memory order ('C' or 'F') and the
+    shape of the axes after the pattern's (``trailing``, e.g. levels), which travel with every row."""
 
     dtype: np.dtype
     order: str
+    trailing: tuple[int, ...] = ()
 
     @property
-    def signature(self) -> str:
-        return f"{self.dtype.str}/{self.order}"
+    def row_items(self) -> int:
+        """Elements that travel per selected element of the pattern."""
+        return math.prod(self.trailing)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Segment:
     """One selection of one field, stored at ``offset`` bytes into the whole send or receive buffer."""
 
     field: int
-    box: Box
+    selection: Selection
     offset: int
     nbytes: int
 
@@ -67,15 +71,15 @@ class Layout:
 
     @staticmethod
     def _messages(
-        pattern: Pattern, fields: Sequence[FieldSpec], selections: list[tuple[int, tuple[Box, ...]]]
+        pattern: Pattern, fields: Sequence[FieldSpec], selections: list[tuple[int, tuple[Selection, ...]]]
     ) -> tuple[tuple[PeerMessage, ...], int]:
         messages, offset = [], 0
-        for peer, boxes in selections:
+        for peer, chosen in selections:
             start, segments = offset, []
             for f, spec in enumerate(fields):
-                for box in boxes:
-                    nbytes = box.size * spec.dtype.itemsize
-                    segments.append(Segment(f, box, offset, nbytes))
+                for sel in chosen:
+                    nbytes = sel.size * spec.row_items * spec.dtype.itemsize
+                    segments.append(Segment(f, sel, offset, nbytes))
                     offset = _align(offset + nbytes)
             if segments:
                 messages.append(PeerMessage(peer, start, offset - start, tuple(segments)))

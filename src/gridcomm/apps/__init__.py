@@ -1,0 +1,1 @@
+"""Applications built on gridcomm: the ESCAPE dwarfs, as tests and benchmarks of its exchanges."""

@@ -1,0 +1,219 @@
+"""Unstructured decompositions: each rank owns a set of global ids (mesh nodes) and keeps copies of others.
+
+The one-off setup is the one of ESCAPE's MPDATA dwarf: every rank asks for its halo ids, the owners answer
+with their local indices, and from then on an exchange is an all-to-all(v) of rows between fixed peers.
+Nobody needs to know the owners in advance: ids are looked up in a directory spread over the ranks
+(id ``g`` is listed on rank ``g % size``), so the setup costs three all-to-alls whatever the mesh.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from ..arrays import check_dtype, to_host
+from ..comm import Communicator
+from ..errors import DecompositionError, FieldError
+from ..pattern import Pattern, PeerPlan, Rows
+
+
+def _alltoallv(mpi_comm: Any, blocks: list[np.ndarray], dtype: Any) -> list[np.ndarray]:
+    """Send ``blocks[r]`` to rank r; returns the block received from each rank."""
+    size = mpi_comm.Get_size()
+    dtype = np.dtype(dtype)
+    send_counts = np.array([len(b) for b in blocks], dtype=np.int64)
+    recv_counts = np.empty(size, dtype=np.int64)
+    mpi_comm.Alltoall(send_counts, recv_counts)
+    send = np.concatenate(blocks).astype(dtype) if blocks else np.zeros(0, dtype)
+    received = np.empty(int(recv_counts.sum()), dtype=dtype)
+    width = dtype.itemsize
+    mpi_comm.Alltoallv(
+        [send.view(np.uint8), send_counts * width, None, _byte()],
+        [received.view(np.uint8), recv_counts * width, None, _byte()],
+    )
+    return np.split(received, np.cumsum(recv_counts)[:-1])
+
+
+def _byte() -> Any:
+    from mpi4py import MPI
+
+    return MPI.BYTE
+
+
+def _agree(comm: Communicator, problem: str | None) -> None:
+    """Collective: raise DecompositionError on every rank if any rank found a problem."""
+    problems = [p for p in comm.mpi.allgather(problem) if p]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DecompositionError(problems[0] + more)
+
+
+def _ids(values: Any, what: str) -> np.ndarray:
+    ids = np.asarray(to_host(values) if not isinstance(values, list | tuple) else values)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise DecompositionError(
+            f"{what} must be a 1-D array of integer global ids, got shape {ids.shape} dtype {ids.dtype}"
+        )
+    if ids.size and ids.min() < 0:
+        raise DecompositionError(f"{what} holds a negative id ({int(ids.min())}); global ids are >= 0")
+    return ids.astype(np.int64)
+
+
+class UnstructuredDecomposition:
+    """A mesh whose nodes (global ids) are owned by ranks, each rank keeping copies of some others (its halo).
+
+    Construction is collective. Local arrays have ``n_local = n_owned + n_halo`` rows: first the owned ids in
+    the order given, then the halo ids in the order given; any trailing axes (levels) travel with each row.
+
+    Args:
+        comm: a :class:`~gridcomm.Communicator`, an mpi4py communicator or None (COMM_WORLD).
+        owned_global_ids: the ids this rank owns (unique over all ranks).
+        halo_global_ids: the ids this rank keeps copies of (owned by other ranks, unique here).
+    """
+
+    def __init__(self, comm: Any, owned_global_ids: Any, halo_global_ids: Any) -> None:
+        self.comm = Communicator.wrap(comm)
+        problem = None
+        try:
+            owned = _ids(owned_global_ids, "owned_global_ids")
+            halo = _ids(halo_global_ids, "halo_global_ids")
+            problem = self._local_problem(owned, halo)
+        except DecompositionError as error:
+            owned, halo, problem = np.zeros(0, np.int64), np.zeros(0, np.int64), str(error)
+        _agree(self.comm, problem)
+        self.owned_global_ids, self.halo_global_ids = owned, halo
+        self.n_owned, self.n_halo = len(owned), len(halo)
+        self.n_local = self.n_owned + self.n_halo
+        self._pattern = self._build_pattern()
+
+    def _local_problem(self, owned: np.ndarray, halo: np.ndarray) -> str | None:
+        rank = self.comm.rank
+        for ids, what in ((owned, "owned_global_ids"), (halo, "halo_global_ids")):
+            unique, counts = np.unique(ids, return_counts=True)
+            if (counts > 1).any():
+                return f"rank {rank}: {what} lists id {int(unique[counts > 1][0])} more than once"
+        both = np.intersect1d(owned, halo)
+        if both.size:
+            return f"rank {rank}: id {int(both[0])} is both owned and in the halo; a rank keeps no copy of its own ids"
+        return None
+
+    def _build_pattern(self) -> Pattern:
+        comm, size, rank = self.comm, self.comm.size, self.comm.rank
+        mpi = comm.mpi
+        # 1. The directory: rank g % size learns (id, owner, owner's local index) of every owned id g.
+        owned = self.owned_global_ids
+        home = owned % size
+        order = np.argsort(home, kind="stable")
+        rows = np.stack([owned, np.full_like(owned, rank), np.arange(len(owned), dtype=np.int64)], 1)[order]
+        listed = _alltoallv(mpi, [rows[home[order] == r].ravel() for r in range(size)], np.int64)
+        directory = np.concatenate(listed).reshape(-1, 3) if listed else np.zeros((0, 3), np.int64)
+        unique, first, counts = np.unique(directory[:, 0], return_index=True, return_counts=True)
+        problem = None
+        if (counts > 1).any():
+            twice = int(unique[counts > 1][0])
+            owners = sorted(directory[directory[:, 0] == twice, 1].tolist())
+            problem = f"global id {twice} is owned by ranks {owners}; every id must have exactly one owner"
+        _agree(comm, problem)
+        # 2. Each rank asks the directory who owns its halo ids.
+        halo = self.halo_global_ids
+        home = halo % size
+        order = np.argsort(home, kind="stable")
+        asked = _alltoallv(mpi, [halo[order][home[order] == r] for r in range(size)], np.int64)
+        answers, problem = [], None
+        for requester, ids in enumerate(asked):
+            at = np.clip(np.searchsorted(unique, ids), 0, max(len(unique) - 1, 0))
+            found = unique[at] == ids if len(unique) else np.zeros(len(ids), dtype=bool)
+            if not found.all():
+                problem = problem or (
+                    f"global id {int(ids[~found][0])} is in rank {requester}'s halo but no rank owns it; "
+                    "every halo id must be owned by some rank"
+                )
+                answers.append(np.zeros(0, np.int64))
+            else:
+                answers.append(directory[first[at], 1:].ravel())
+        _agree(comm, problem)
+        replies = _alltoallv(mpi, answers, np.int64)
+        owner = np.empty(len(halo), np.int64)
+        remote_index = np.empty(len(halo), np.int64)
+        for r, reply in enumerate(replies):
+            positions = order[home[order] == r]
+            pairs = reply.reshape(-1, 2)
+            owner[positions], remote_index[positions] = pairs[:, 0], pairs[:, 1]
+        # 3. Each rank tells each owner which of its local rows to send, in the order the halo lists them.
+        requests = [remote_index[owner == r] for r in range(size)]
+        to_send = _alltoallv(mpi, requests, np.int64)
+        peers = []
+        for r in range(size):
+            recv_rows = self.n_owned + np.nonzero(owner == r)[0]
+            if len(to_send[r]) or len(recv_rows):
+                send = (Rows(to_send[r]),) if len(to_send[r]) else ()
+                recv = (Rows(recv_rows),) if len(recv_rows) else ()
+                peers.append(PeerPlan(r, send, recv))
+        self.halo_owners = owner
+        return Pattern((self.n_local,), tuple(peers), trailing_axes=True)
+
+    def pattern(self) -> Pattern:
+        """The halo-exchange pattern: to each peer the rows it asked for, from each peer the halo rows it owns."""
+        return self._pattern
+
+    # -- local arrays -----------------------------------------------------------------------------------
+
+    def empty(
+        self, dtype: Any = np.float64, levels: int | None = None, xp: Any = np, order: Literal["C", "F"] = "C"
+    ) -> Any:
+        """An uninitialised local array: ``(n_local,)``, or ``(n_local, levels)`` with ``levels``."""
+        shape = (self.n_local,) if levels is None else (self.n_local, levels)
+        return xp.empty(shape, dtype=check_dtype(dtype, "the array"), order=order)
+
+    def zeros(
+        self, dtype: Any = np.float64, levels: int | None = None, xp: Any = np, order: Literal["C", "F"] = "C"
+    ) -> Any:
+        """A zero-filled local array (see :meth:`empty`)."""
+        shape = (self.n_local,) if levels is None else (self.n_local, levels)
+        return xp.zeros(shape, dtype=check_dtype(dtype, "the array"), order=order)
+
+    def owned(self, a: Any) -> Any:
+        """View of the owned rows of local array ``a``."""
+        if a.shape[0] != self.n_local:
+            raise FieldError(f"the array has {a.shape[0]} rows, expected n_local = {self.n_local}")
+        return a[: self.n_owned]
+
+    def gather(self, a: Any, root: int = 0) -> np.ndarray | None:
+        """Collective: on ``root`` an array indexed by global id (ids must be 0..N-1 over all ranks) holding the
+        owned rows of every rank; None elsewhere. Device arrays are copied to the host."""
+        rows = np.ascontiguousarray(to_host(self.owned(a)))
+        pieces = self.comm.mpi.gather((self.owned_global_ids, rows), root=root)
+        if pieces is None:
+            return None
+        total = sum(len(ids) for ids, _ in pieces)
+        result = np.empty((total, *rows.shape[1:]), dtype=rows.dtype)
+        seen = np.zeros(total, dtype=bool)
+        for ids, values in pieces:
+            if len(ids) and ids.max() >= total:
+                raise DecompositionError(f"gather needs global ids 0..{total - 1}; id {int(ids.max())} is larger")
+            result[ids] = values
+            seen[ids] = True
+        return result
+
+    def scatter(
+        self, global_array: np.ndarray | None, root: int = 0, xp: Any = np, order: Literal["C", "F"] = "C"
+    ) -> Any:
+        """Collective: a local array whose owned rows come from ``global_array`` (indexed by global id) on
+        ``root``; halo rows are zero until the first exchange."""
+        ids = self.comm.mpi.gather(self.owned_global_ids, root=root)
+        parts = None
+        if self.comm.rank == root:
+            g = np.asarray(to_host(global_array))
+            parts = [g[rank_ids] for rank_ids in ids]
+        mine = self.comm.mpi.scatter(parts, root=root)
+        local = self.zeros(mine.dtype, None if mine.ndim == 1 else mine.shape[1], xp=xp, order=order)
+        local[: self.n_owned] = xp.asarray(mine)
+        return local
+
+    def __repr__(self) -> str:
+        peers = len(self._pattern.peers)
+        return (
+            f"UnstructuredDecomposition(rank={self.comm.rank}, n_owned={self.n_owned}, n_halo={self.n_halo}, "
+            f"peers={peers})"
+        )

@@ -1,0 +1,77 @@
+"""ECMWF's octahedral reduced Gaussian grid O-N: latitudes, points per row, node coordinates."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .spherical import lonlat_to_xyz
+
+_NAME = re.compile(r"^[Oo](\d+)$")
+
+
+def parse_grid_name(name: str | int) -> int:
+    """N of an octahedral grid given as an int (``32``) or a name (``"O32"``); ValueError otherwise."""
+    if isinstance(name, bool):
+        raise ValueError(f"grid {name!r} is not a grid: pass a name such as 'O32' or a positive int N")
+    if isinstance(name, int | np.integer):
+        n = int(name)
+    else:
+        match = _NAME.match(str(name).strip())
+        if match is None:
+            raise ValueError(
+                f"unknown grid {name!r}: expected an octahedral reduced Gaussian grid 'O<N>' such as 'O32' "
+                "(N latitude rows between pole and equator) or a positive int N"
+            )
+        n = int(match.group(1))
+    if n < 1:
+        raise ValueError(f"grid {name!r}: N must be at least 1 (e.g. 'O16'), got {n}")
+    return n
+
+
+class OctahedralGrid:
+    """The octahedral reduced Gaussian grid O-N (the grid of ECMWF's IFS since 2016).
+
+    2N Gaussian latitudes (the roots of the Legendre polynomial P_2N), north to south. Row i counted from
+    either pole (i = 1..N) has 20 + 4(i - 1) points, equally spaced in longitude from longitude 0; the two
+    rows next to the equator have 16 + 4N points each; 4N(N + 9) points in all. Global node ids run
+    row-major: north to south, then west to east (longitude 0 first) within a row.
+
+    Attributes:
+        N: latitude rows between pole and equator.
+        name: ``"O<N>"``.
+        latitudes: (2N,) row latitudes in radians, north to south.
+        weights: (2N,) Gaussian quadrature weights of the rows (they sum to 2, the integral of d(sin lat)).
+        nlon: (2N,) points per row.
+        offsets: (2N + 1,) global id of each row's first point; ``offsets[-1]`` is the number of points.
+        row: (V,) row of each node.
+        lon, lat: (V,) node longitude in [0, 2 pi) and latitude, radians.
+        xyz: (V, 3) node positions as unit vectors (x towards lon 0 on the equator, z towards the north pole).
+    """
+
+    def __init__(self, n: int | str) -> None:
+        self.N: int = parse_grid_name(n)
+        self.name = f"O{self.N}"
+        x, w = np.polynomial.legendre.leggauss(2 * self.N)  # x = sin(lat), south to north
+        x = 0.5 * (x - x[::-1])  # exact north-south symmetry (roots come in +- pairs)
+        w = 0.5 * (w + w[::-1])
+        self.latitudes: np.ndarray = np.arcsin(x[::-1])
+        self.weights: np.ndarray = w[::-1].copy()
+        i = np.arange(1, self.N + 1)
+        half = 20 + 4 * (i - 1)
+        self.nlon: np.ndarray = np.concatenate([half, half[::-1]]).astype(np.int64)
+        self.offsets: np.ndarray = np.concatenate([[0], np.cumsum(self.nlon)]).astype(np.int64)
+        self.size: int = int(self.offsets[-1])
+        assert self.size == 4 * self.N * (self.N + 9)
+        self.row: np.ndarray = np.repeat(np.arange(2 * self.N), self.nlon)
+        k = np.arange(self.size) - self.offsets[self.row]  # index within the row
+        self.lon: np.ndarray = 2.0 * np.pi * k / self.nlon[self.row]
+        self.lat: np.ndarray = self.latitudes[self.row]
+        self.xyz: np.ndarray = lonlat_to_xyz(self.lon, self.lat)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"OctahedralGrid({self.name}: {2 * self.N} rows, {self.size} points)"

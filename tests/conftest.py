@@ -1,0 +1,173 @@
+"""Shared test helpers: running MPI programs under mpiexec and reading their per-check reports."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+PROGRAMS = TESTS / "mpi_programs"
+RUNNER = PROGRAMS / "runner.py"
+
+# Seconds a rank waits for a silent peer inside gridcomm before GridcommTimeout (keeps hangs short).
+RANK_TIMEOUT_S = 30
+
+
+def find_mpiexec() -> str | None:
+    """The mpiexec beside this Python (the venv's, from the ``mpich`` wheel), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+MPIEXEC = find_mpiexec()
+
+needs_mpiexec = pytest.mark.skipif(
+    MPIEXEC is None, reason="no mpiexec beside sys.executable or on PATH (pip install mpich)"
+)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (ranks run in sessions of their own, so not in mpiexec's group)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _dump_stacks(proc: subprocess.Popen) -> None:
+    """Ask every rank (tests/mpi_programs/runner.py registers faulthandler on SIGUSR1) for its stacks."""
+    for pid in _descendants(proc.pid):
+        try:
+            if "runner.py" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            continue
+    time.sleep(1.5)  # let them write before the kill; only on the failure path
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Stop mpiexec and its ranks: SIGINT first (hydra then cleans its ranks up), SIGKILL after a grace."""
+    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_mpi(
+    nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run ``python argv...`` on ``nranks`` ranks (oversubscribed) under mpiexec; (returncode, output).
+
+    stdout and stderr are merged and decoded leniently (MPICH output may hold NUL bytes). On passing
+    ``timeout`` seconds of wall time the whole process group is killed and the test fails with the output.
+    """
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec beside sys.executable or on PATH (pip install mpich)")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("GRIDCOMM_", "PMI_", "HYDRA_"))}
+    full_env.update({"GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S), "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
+    full_env.update(env or {})
+    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, *argv]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=TESTS.parent,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        ranks = _descendants(proc.pid)
+        _dump_stacks(proc)
+        _kill(proc)
+        for pid in ranks:  # anything hydra left behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        text = out.decode("utf-8", errors="replace")
+        pytest.fail(
+            f"{' '.join(cmd[1:])}: still running after {timeout:.0f} s of wall time (killed; a hang or a "
+            f"deadlock). Output:\n{text[-12000:]}",
+            pytrace=False,
+        )
+    return proc.returncode, out.decode("utf-8", errors="replace")
+
+
+def run_checks(
+    program: str,
+    nranks: int,
+    tmp_path: Path,
+    timeout: float = 120,
+    checks: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> dict:
+    """Run the ``check_*`` functions of tests/mpi_programs/<program>.py on ``nranks`` ranks.
+
+    Fails the calling test with every failed check's name, ranks and traceback; returns the summary.
+    """
+    report = tmp_path / f"{program}-{nranks}.json"
+    start = time.perf_counter()
+    rc, out = run_mpi(
+        nranks, [str(RUNNER), program, *checks], timeout, {**(env or {}), "GRIDCOMM_CHECK_REPORT": str(report)}
+    )
+    seconds = time.perf_counter() - start
+    if not report.exists():
+        pytest.fail(f"{program} on {nranks} rank(s) exited {rc} without a report. Output:\n{out[-12000:]}", pytrace=False)
+    summary = json.loads(report.read_text())
+    for check in summary["checks"]:
+        print(f"{program}[{nranks}] {check['name']}: {check['status']} ({check['seconds']:.2f} s)")
+    print(f"{program}[{nranks}]: {seconds:.1f} s wall")
+    failed = [c for c in summary["checks"] if c["status"] == "failed"]
+    if failed:
+        parts = []
+        for check in failed:
+            by_text: dict[str, list[int]] = {}
+            for f in check["failures"]:
+                by_text.setdefault(f["traceback"], []).append(f["rank"])
+            for text, where in by_text.items():
+                parts.append(f"--- {check['name']} failed on rank(s) {where} of {nranks}:\n{text}")
+        names = ", ".join(c["name"] for c in failed)
+        pytest.fail(f"{program} on {nranks} rank(s): {len(failed)} check(s) failed: {names}\n" + "\n".join(parts),
+                    pytrace=False)
+    if rc != 0:
+        pytest.fail(f"{program} on {nranks} rank(s): every check passed but mpiexec exited {rc}:\n{out[-6000:]}",
+                    pytrace=False)
+    if summary["checks"] and all(c["status"] == "skipped" for c in summary["checks"]):
+        pytest.fail(f"{program} on {nranks} rank(s): every check skipped itself; drop this rank count", pytrace=False)
+    return summary
+
+
+@pytest.fixture
+def mpi_checks(tmp_path):
+    """``mpi_checks(program, nranks, timeout=..., checks=(...))``: run an MPI check program (see run_checks)."""
+
+    def run(program: str, nranks: int, **kwargs):
+        return run_checks(program, nranks, tmp_path, **kwargs)
+
+    return run
