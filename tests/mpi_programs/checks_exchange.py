@@ -55,7 +55,14 @@ def exchange_problems(d, specs, transport, seed=0) -> str | None:
     return "\n".join(problems) or None
 
 
-# Decompositions every size can build: (global_shape, halo, periodic)
+def grow(shape, halo, size) -> tuple[int, ...]:
+    """``shape`` grown where needed so that any process grid of ``size`` ranks fits the halo (uneven splits)."""
+    widths = [halo] * len(shape) if isinstance(halo, int) else list(halo)
+    widest = [w if isinstance(w, int) else max(w) for w in widths]
+    return tuple(max(n, size * max(w, 1) + (size > 1)) for n, w in zip(shape, widest, strict=True))
+
+
+# Decompositions to exchange over: (global_shape, halo, periodic); shapes grow with the rank count.
 CASES = [
     ((17,), 2, True),
     ((13,), [(1, 3)], False),
@@ -117,6 +124,7 @@ def check_exchange_matches_reference(comm):
     """Box stencil, 1-3-D, periodic or not, asymmetric halos: every local cell, halo included."""
     problems = []
     for shape, halo, periodic in CASES:
+        shape = grow(shape, halo, comm.Get_size())
         d = CartesianDecomposition(comm, shape, halo=halo, periodic=periodic)
         for name, transport in TRANSPORTS.items():
             if p := exchange_problems(d, [("float64", "C")], transport):
@@ -129,6 +137,7 @@ def check_halo_beyond_open_boundary_never_written(comm):
     """Cells beyond a non-periodic boundary keep their sentinel, on every rank that has such cells."""
     problems, checked = [], 0
     for shape, halo, periodic in [((12, 9), 2, (False, True)), ((6, 7, 5), ((1, 2), (2, 1), (1, 1)), False)]:
+        shape = grow(shape, halo, comm.Get_size())
         d = CartesianDecomposition(comm, shape, halo=halo, periodic=periodic)
         # Cells whose global index lies outside the grid in some non-periodic dimension.
         beyond = np.zeros(d.local_shape, dtype=bool)
@@ -158,6 +167,7 @@ def check_star_stencil_leaves_edges_and_corners(comm):
     """stencil='star': faces exchanged, halo cells outside the interior in 2+ dimensions never written."""
     problems = []
     for shape, halo in [((10, 9), 2), ((6, 6, 5), ((1, 2), (1, 1), (2, 1)))]:
+        shape = grow(shape, halo, comm.Get_size())
         d = CartesianDecomposition(comm, shape, halo=halo, periodic=True, stencil="star")
         outside = np.zeros(d.local_shape, dtype=np.int64)
         for k, (lo, _) in enumerate(d.halo):
@@ -187,6 +197,7 @@ def check_several_fields_equal_separate_exchanges(comm):
     """Six fields of different dtypes and orders in one exchange == each exchanged alone, bit for bit."""
     problems = []
     for shape, halo, periodic in [((11, 7), (2, 1), (True, False)), ((5, 6, 7), 1, True)]:
+        shape = grow(shape, halo, comm.Get_size())
         d = CartesianDecomposition(comm, shape, halo=halo, periodic=periodic)
         globals_ = [random_global(shape, dt, 40 + i) for i, (dt, _) in enumerate(MIXED)]
         for name, transport in TRANSPORTS.items():
@@ -261,7 +272,8 @@ def check_misuse_raises(comm):
 def check_repeated_exchanges_follow_changing_data(comm):
     """One exchanger, 20 exchanges; the fields change in place between them; every result is right."""
     problems = []
-    d = CartesianDecomposition(comm, (7, 2 * comm.Get_size() + 3, 5), halo=(1, 2, 1), periodic=(True, True, False))
+    shape = grow((7, 6, 5), (1, 2, 1), comm.Get_size())
+    d = CartesianDecomposition(comm, shape, halo=(1, 2, 1), periodic=(True, True, False))
     for name, transport in TRANSPORTS.items():
         a = local_with_sentinel(d, random_global(d.global_shape, "float32", 0), "F")
         b = local_with_sentinel(d, random_global(d.global_shape, "int64", 1), "C")
@@ -333,7 +345,7 @@ def check_independent_subcommunicators(comm):
     color = comm.Get_rank() % 2
     sub = comm.Split(color, comm.Get_rank())
     problems = []
-    shape = (9, 5) if color else (4, 3, 5)
+    shape = grow((9, 5) if color else (4, 3, 5), 1, sub.Get_size())
     d = CartesianDecomposition(sub, shape, halo=1, periodic=True)
     for name, transport in TRANSPORTS.items():
         if p := exchange_problems(d, [("uint16", "F"), ("float32", "C")], transport, seed=color):

@@ -2,7 +2,18 @@
 
 from .copy import CopyPacker
 from .datatype import DatatypePacker
-from .direct import DirectPacker, box_runs
+from .direct import DirectPacker
+from .geometry import RunGrid, run_grid
 from .layout import FieldSpec, Layout, PeerMessage, Segment
 
-__all__ = ["CopyPacker", "DatatypePacker", "DirectPacker", "FieldSpec", "Layout", "PeerMessage", "Segment", "box_runs"]
+__all__ = [
+    "CopyPacker",
+    "DatatypePacker",
+    "DirectPacker",
+    "FieldSpec",
+    "Layout",
+    "PeerMessage",
+    "RunGrid",
+    "Segment",
+    "run_grid",
+]

@@ -153,9 +153,7 @@ def run_mpdata(
         nsteps = max(1, round(total_s / dt))
     if steps is not None:
         nsteps = int(steps)
-    s = setup_mpdata(
-        comm, mesh, levels=levels, alpha=alpha, dt=dt, period_s=period_s, fct=fct, iterations=iterations
-    )
+    s = setup_mpdata(comm, mesh, levels=levels, alpha=alpha, dt=dt, period_s=period_s, fct=fct, iterations=iterations)
     area = mesh.dual_volumes
     initial = _gather(s, comm, s.solver.psi)
     if comm is not None:

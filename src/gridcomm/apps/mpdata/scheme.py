@@ -104,7 +104,7 @@ class Mpdata:
         n, no = local.n_local, local.n_owned
         self._i, self._j = local.edge_nodes[:, 0], local.edge_nodes[:, 1]
         v = fluxes[:, None]
-        self._vpos, self._vneg, self._vabs, self._vdt = np.maximum(v, 0.0), np.minimum(v, 0.0), np.abs(v), 0.5 * dt * v
+        self._vpos, self._vneg, self._vabs, self._vdt = np.maximum(v, 0.0), np.minimum(v, 0.0), np.abs(v), dt * v
         self._wind = [velocities[:, k : k + 1].copy() for k in range(3)]
         self._update = local.update_nodes
         self._starts = local.inc_starts

@@ -1,0 +1,75 @@
+"""Where a selection lies in memory: equally long contiguous runs on a 2-level grid of byte offsets.
+
+Every selection gridcomm moves (a box of a 1- to 3-D array, or rows of an array with trailing axes, in
+C or Fortran order) is a set of contiguous runs of ``run_bytes`` each; run ``(i0, i1)`` starts at byte
+
+    start + i0 * stride0 + j * stride1,   j = index[i1] for rows, else i1,
+
+and the runs follow each other in the message in (i0, i1) order, i1 fastest: the order in which the copy
+packer lays out the selection. The direct and CUDA packers both work from this description.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..pattern import Box, Rows, Selection
+from .layout import FieldSpec
+
+
+@dataclass(frozen=True)
+class RunGrid:
+    """A selection as ``n0 * n1`` runs of ``run_bytes`` bytes (see the module docstring)."""
+
+    start: int
+    n0: int
+    n1: int
+    stride0: int
+    stride1: int
+    run_bytes: int
+    index: np.ndarray | None = None
+
+    def offsets(self) -> np.ndarray:
+        """Byte offset of every run, in message order."""
+        inner = self.index if self.index is not None else np.arange(self.n1, dtype=np.int64)
+        outer = np.arange(self.n0, dtype=np.int64)
+        return (self.start + outer[:, None] * self.stride0 + inner[None, :] * self.stride1).ravel()
+
+
+def _box_grid(shape: Sequence[int], itemsize: int, order: str, box: Box) -> RunGrid:
+    shape, start, extent = list(shape), list(box.start), list(box.shape)
+    if order == "F":  # a Fortran array is the C array of the reversed axes
+        shape, start, extent = shape[::-1], start[::-1], extent[::-1]
+    strides = [math.prod(shape[k + 1 :]) * itemsize for k in range(len(shape))]
+    # The run grows outward from the last axis while the axes inside it span the whole array.
+    inner = len(shape) - 1
+    while inner > 0 and extent[inner] == shape[inner]:
+        inner -= 1
+    if inner > 2:
+        raise ValueError(f"a box of a {len(shape)}-D array leaves more than 2 outer axes")
+    run_bytes = math.prod(extent[inner:]) * itemsize
+    offset = sum(a * s for a, s in zip(start, strides, strict=True))
+    outer = [(extent[k], strides[k]) for k in range(inner)]  # at most two axes outside the run
+    while len(outer) < 2:
+        outer.insert(0, (1, 0))
+    (n0, s0), (n1, s1) = outer
+    return RunGrid(offset, n0, n1, s0, s1, run_bytes)
+
+
+def _rows_grid(rows: int, spec: FieldSpec, sel: Rows) -> RunGrid:
+    items, itemsize = spec.row_items, spec.dtype.itemsize
+    if spec.order == "C":  # each selected row is one run of all its items
+        return RunGrid(0, 1, sel.size, 0, items * itemsize, items * itemsize, sel.index)
+    # Fortran: item t of row i sits at i + rows * t, so the message holds the selected rows item by item.
+    return RunGrid(0, items, sel.size, rows * itemsize, itemsize, itemsize, sel.index)
+
+
+def run_grid(shape: Sequence[int], spec: FieldSpec, sel: Selection) -> RunGrid:
+    """The runs of selection ``sel`` in an array of ``shape`` packed in the agreed order ``spec.order``."""
+    if isinstance(sel, Rows):
+        return _rows_grid(shape[0], spec, sel)
+    return _box_grid(shape, spec.dtype.itemsize, spec.order, sel)
