@@ -19,6 +19,9 @@ TESTS = Path(__file__).resolve().parent
 PROGRAMS = TESTS / "mpi_programs"
 RUNNER = PROGRAMS / "runner.py"
 
+# The in-process tests share the MPI programs' helpers (tests/mpi_programs/harness.py).
+sys.path.insert(0, str(PROGRAMS))
+
 # Seconds a rank waits for a silent peer inside gridcomm before GridcommTimeout (keeps hangs short).
 RANK_TIMEOUT_S = 30
 
@@ -82,9 +85,7 @@ def _kill(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_mpi(
-    nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str] | None = None
-) -> tuple[int, str]:
+def run_mpi(nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run ``python argv...`` on ``nranks`` ranks (oversubscribed) under mpiexec; (returncode, output).
 
     stdout and stderr are merged and decoded leniently (MPICH output may hold NUL bytes). On passing
@@ -92,7 +93,13 @@ def run_mpi(
     """
     if MPIEXEC is None:
         pytest.skip("no mpiexec beside sys.executable or on PATH (pip install mpich)")
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("GRIDCOMM_", "PMI_", "HYDRA_"))}
+    # Nothing from the caller's environment may change what the checks see (GRIDCOMM_PROPERTY_* excepted:
+    # they tune the property test, see tests/mpi_programs/checks_property.py).
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_")) or k.startswith("GRIDCOMM_PROPERTY_")
+    }
     full_env.update({"GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S), "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
     full_env.update(env or {})
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, *argv]
@@ -138,7 +145,9 @@ def run_checks(
     )
     seconds = time.perf_counter() - start
     if not report.exists():
-        pytest.fail(f"{program} on {nranks} rank(s) exited {rc} without a report. Output:\n{out[-12000:]}", pytrace=False)
+        pytest.fail(
+            f"{program} on {nranks} rank(s) exited {rc} without a report. Output:\n{out[-12000:]}", pytrace=False
+        )
     summary = json.loads(report.read_text())
     for check in summary["checks"]:
         print(f"{program}[{nranks}] {check['name']}: {check['status']} ({check['seconds']:.2f} s)")
@@ -153,11 +162,13 @@ def run_checks(
             for text, where in by_text.items():
                 parts.append(f"--- {check['name']} failed on rank(s) {where} of {nranks}:\n{text}")
         names = ", ".join(c["name"] for c in failed)
-        pytest.fail(f"{program} on {nranks} rank(s): {len(failed)} check(s) failed: {names}\n" + "\n".join(parts),
-                    pytrace=False)
+        pytest.fail(
+            f"{program} on {nranks} rank(s): {len(failed)} check(s) failed: {names}\n" + "\n".join(parts), pytrace=False
+        )
     if rc != 0:
-        pytest.fail(f"{program} on {nranks} rank(s): every check passed but mpiexec exited {rc}:\n{out[-6000:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"{program} on {nranks} rank(s): every check passed but mpiexec exited {rc}:\n{out[-6000:]}", pytrace=False
+        )
     if summary["checks"] and all(c["status"] == "skipped" for c in summary["checks"]):
         pytest.fail(f"{program} on {nranks} rank(s): every check skipped itself; drop this rank count", pytrace=False)
     return summary

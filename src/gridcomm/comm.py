@@ -148,6 +148,9 @@ class Communicator:
         """Free the duplicated communicator (collective)."""
         from mpi4py import MPI
 
+        nccl = self.facts.pop("nccl", None)
+        if nccl is not None:
+            nccl.destroy()
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()
 

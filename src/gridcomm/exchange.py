@@ -10,6 +10,7 @@ from .arrays import array_module, as_array, check_dtype, is_device_array, memory
 from .comm import Communicator
 from .errors import FieldError, GridcommError, PatternError
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout
+from .packing.cuda import CudaPacker
 from .pattern import Pattern
 from .transports import Transport, choose
 
@@ -26,6 +27,7 @@ class ExchangeHandle:
     def __init__(self, exchanger: HaloExchanger) -> None:
         self._exchanger = exchanger
         self.done = True
+        self.stream: Any = None
 
     def wait(self) -> None:
         """Block until this exchange is complete; raise GridcommTimeout if a peer stays silent.
@@ -33,7 +35,7 @@ class ExchangeHandle:
         After a timeout the exchange is still in flight and ``wait()`` may be called again.
         """
         if not self.done:
-            self._exchanger._complete()
+            self._exchanger._complete(self.stream)
             self.done = True
 
 
@@ -75,6 +77,8 @@ class HaloExchanger:
             where = ", ".join(f"field {i}: {'GPU' if d else 'host'}" for i, d in enumerate(on_device))
             raise FieldError(f"fields live in different memories ({where}); put them all on the host or all on the GPU")
         self.on_device = all(on_device)
+        if len(set(self.comm.mpi.allgather(self.on_device))) > 1:
+            raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
         self.transport = choose(transport, self.comm, self.on_device)
         self.fields = [as_array(f, f"field {i}") for i, f in enumerate(raw)]
         self.xp = array_module(self.fields[0])
@@ -96,7 +100,12 @@ class HaloExchanger:
         )
         self.layout = Layout.build(self.pattern, specs)
         kind = self.transport.packer_kind(self.on_device)
-        if kind == "datatype":
+        if self.on_device:
+            self._check_device()
+            own = Pattern(full.local_shape, (self._own,), full.trailing_axes) if self._own else None
+            self.packer = CudaPacker(self.layout, self.fields, local=Layout.build(own, specs) if own else None)
+            self._local_copies = []  # packed and unpacked with the rest, in the same launches
+        elif kind == "datatype":
             self.packer: Any = DatatypePacker(self.layout, self.fields)
         elif kind == "direct":
             self.packer = DirectPacker(self.layout, self.fields)
@@ -107,6 +116,16 @@ class HaloExchanger:
         self.count = 0
         self._handle = ExchangeHandle(self)
         self._closed = False
+
+    def _check_device(self) -> None:
+        """Every field must live on this rank's current GPU (one rank per GPU: gridcomm.use_local_gpu)."""
+        current = self.xp.cuda.Device().id
+        elsewhere = {i: f.device.id for i, f in enumerate(self.fields) if f.device.id != current}
+        if elsewhere:
+            raise FieldError(
+                f"rank {self.comm.rank}: fields {elsewhere} (field: GPU) are not on the current GPU {current}; "
+                "allocate them after gridcomm.use_local_gpu(comm), or make their GPU current"
+            )
 
     def _check_field(self, i: int, f: Any) -> tuple[str, str, tuple[int, ...]]:
         """(dtype, memory orders it can be read in, trailing shape) of field ``i``; FieldError if it does not fit."""
@@ -159,30 +178,54 @@ class HaloExchanger:
 
     # -- running ----------------------------------------------------------------------------------------
 
-    def start(self) -> ExchangeHandle:
+    def start(self, stream: Any = None) -> ExchangeHandle:
         """Pack and post the exchange; returns a handle whose ``wait()`` completes it.
 
-        Work that touches neither the fields' halos nor the interior points being sent may run in between.
+        For GPU fields everything is enqueued on ``stream`` (a CuPy stream; None: the current stream), and
+        later work on that stream sees the halos once ``wait()`` has returned. Work that touches neither the
+        halos nor the interior points being sent may run in between (for GPU fields: on another stream).
         """
         if self._closed:
             raise GridcommError("this HaloExchanger is closed; make a new one")
         if not self._handle.done:
             raise GridcommError("an exchange is already in flight on this HaloExchanger; wait() for it first")
+        if self.on_device:
+            stream = stream if stream is not None else self.xp.cuda.get_current_stream()
+            self.packer.stream = stream
+        else:
+            stream = None
+        self.channel.before_pack(stream, self.timeout)
         self.packer.pack()
-        if self.on_device and self.packer.copies_data:
-            self.xp.cuda.get_current_stream().synchronize()  # packed data must be in memory before MPI reads it
-        self.channel.start()
+        self.channel.start(stream)
         copyto = self.xp.copyto
         for dst, src in self._local_copies:  # overlaps with the messages in flight
             copyto(dst, src)
         self.count += 1
-        self._handle.done = False
+        self._handle.done, self._handle.stream = False, stream
         return self._handle
 
-    def _complete(self) -> None:
+    def _complete(self, stream: Any) -> None:
         operation = f"halo exchange #{self.count} (exchanger tag {self.tag}, {len(self.fields)} field(s))"
-        self.channel.wait(self.timeout, operation)
+        self.channel.wait(self.timeout, operation, stream)
         self.packer.unpack()
+        self.channel.finish(stream)
+
+    def capture(self, stream: Any = None) -> Any:
+        """Record one whole exchange in a CUDA graph (GPU fields, nccl or ipc transport); replay it with
+        ``graph.launch(stream)``. The graph reads and writes the same fields every time it is replayed."""
+        if not (self.on_device and self.transport.graph_capturable):
+            raise GridcommError(
+                f"transport {self.transport.name!r} needs the host during an exchange, so it cannot be captured "
+                "in a CUDA graph; use transport='ipc' or 'nccl' with GPU fields"
+            )
+        stream = stream if stream is not None else self.xp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                self.start(stream).wait()
+            finally:
+                graph = stream.end_capture()
+        return graph
 
     def exchange(self) -> None:
         """Exchange the halos now: ``start().wait()``."""

@@ -78,8 +78,15 @@ def check_field_of_wrong_shape(comm):
     d = _local(comm)
     wrong = np.zeros((d.local_shape[0] + 1, d.local_shape[1]))
     for transport in TRANSPORT_CHOICES.values():
-        assert_raises_everywhere(comm, lambda t=transport: HaloExchanger(d, [d.zeros(), wrong], t),
-                                 FieldError, "field 1", "shape", str(tuple(wrong.shape)), str(d.local_shape))
+        assert_raises_everywhere(
+            comm,
+            lambda t=transport: HaloExchanger(d, [d.zeros(), wrong], t),
+            FieldError,
+            "field 1",
+            "shape",
+            str(tuple(wrong.shape)),
+            str(d.local_shape),
+        )
     assert_raises_everywhere(comm, lambda: d.interior(wrong), FieldError, "shape", str(d.local_shape))
     assert_raises_everywhere(comm, lambda: d.gather(wrong), FieldError, "shape", str(d.local_shape))
     d.comm.close()
@@ -93,20 +100,34 @@ def check_non_contiguous_field(comm):
     for view in (every_other_row, inner):
         assert view.shape == d.local_shape
         for transport in TRANSPORT_CHOICES.values():
-            assert_raises_everywhere(comm, lambda v=view, t=transport: HaloExchanger(d, v, t),
-                                     FieldError, "field 0", "not contiguous")
+            assert_raises_everywhere(
+                comm, lambda v=view, t=transport: HaloExchanger(d, v, t), FieldError, "field 0", "not contiguous"
+            )
     d.comm.close()
 
 
 def check_unsupported_dtypes(comm):
     d = _local(comm)
-    dtypes = [np.dtype(object), np.dtype([("a", "f8"), ("b", "i4")]), np.dtype("U3"), np.dtype("S4"),
-              np.dtype(">f8" if np.little_endian else "<f8"), np.dtype("datetime64[s]"), np.dtype(np.longdouble)]
+    dtypes = [
+        np.dtype(object),
+        np.dtype([("a", "f8"), ("b", "i4")]),
+        np.dtype("U3"),
+        np.dtype("S4"),
+        np.dtype(">f8" if np.little_endian else "<f8"),
+        np.dtype("datetime64[s]"),
+        np.dtype(np.longdouble),
+    ]
     for dt in dtypes:
         field = np.zeros(d.local_shape, dtype=dt)
         for transport in TRANSPORT_CHOICES.values():
-            assert_raises_everywhere(comm, lambda f=field, t=transport: HaloExchanger(d, [d.zeros(), f], t),
-                                     FieldError, "field 1", "dtype", "cannot exchange")
+            assert_raises_everywhere(
+                comm,
+                lambda f=field, t=transport: HaloExchanger(d, [d.zeros(), f], t),
+                FieldError,
+                "field 1",
+                "dtype",
+                "cannot exchange",
+            )
         assert_raises_everywhere(comm, lambda t=dt: d.zeros(t), FieldError, "dtype")
     d.comm.close()
 
@@ -116,8 +137,15 @@ def check_dtypes_differ_between_ranks(comm):
     d = _local(comm)
     dtype = np.float64 if comm.Get_rank() == 0 else np.float32
     for transport in TRANSPORT_CHOICES.values():
-        assert_raises_everywhere(comm, lambda t=transport: HaloExchanger(d, [d.zeros(np.int8), d.zeros(dtype)], t),
-                                 PatternError, "field 1", "different dtypes", ("float32", "f4"), ("float64", "f8"))
+        assert_raises_everywhere(
+            comm,
+            lambda t=transport: HaloExchanger(d, [d.zeros(np.int8), d.zeros(dtype)], t),
+            PatternError,
+            "field 1",
+            "different dtypes",
+            ("float32", "f4"),
+            ("float64", "f8"),
+        )
     d.comm.close()
 
 
@@ -126,8 +154,14 @@ def check_orders_differ_between_ranks(comm):
     d = _local(comm)
     order = "C" if comm.Get_rank() == 0 else "F"
     for transport in TRANSPORT_CHOICES.values():
-        assert_raises_everywhere(comm, lambda t=transport: HaloExchanger(d, d.zeros(order=order), t),
-                                 PatternError, "field 0", "C-ordered", "Fortran")
+        assert_raises_everywhere(
+            comm,
+            lambda t=transport: HaloExchanger(d, d.zeros(order=order), t),
+            PatternError,
+            "field 0",
+            "C-ordered",
+            "Fortran",
+        )
     d.comm.close()
 
 
@@ -136,8 +170,12 @@ def check_field_counts_differ_between_ranks(comm):
     d = _local(comm)
     n = 2 if comm.Get_rank() == 0 else 1
     for transport in TRANSPORT_CHOICES.values():
-        assert_raises_everywhere(comm, lambda t=transport: HaloExchanger(d, [d.zeros() for _ in range(n)], t),
-                                 PatternError, "different numbers of fields")
+        assert_raises_everywhere(
+            comm,
+            lambda t=transport: HaloExchanger(d, [d.zeros() for _ in range(n)], t),
+            PatternError,
+            "different numbers of fields",
+        )
     d.comm.close()
 
 
@@ -149,31 +187,40 @@ def check_device_memory_needs_cuda_aware_mpi(comm):
     assert gridcomm.comm.mpi_cuda_aware() is False, "expected the PyPI MPICH not to be CUDA-aware"
     d = _local(comm)
     for transport in TRANSPORT_CHOICES.values():
-        assert_raises_everywhere(comm, lambda t=transport: HaloExchanger(d, FakeDeviceArray(d.local_shape), t),
-                                 TransportError, "CUDA-aware")
+        assert_raises_everywhere(
+            comm, lambda t=transport: HaloExchanger(d, FakeDeviceArray(d.local_shape), t), TransportError, "CUDA-aware"
+        )
     # Host and device fields together are refused whatever the transport.
-    assert_raises_everywhere(comm, lambda: HaloExchanger(d, [d.zeros(), FakeDeviceArray(d.local_shape)]),
-                             FieldError, "different memories")
+    assert_raises_everywhere(
+        comm, lambda: HaloExchanger(d, [d.zeros(), FakeDeviceArray(d.local_shape)]), FieldError, "different memories"
+    )
     d.comm.close()
 
 
 def check_other_bad_arguments(comm):
     d = _local(comm)
     assert_raises_everywhere(comm, lambda: HaloExchanger(d, []), FieldError, "empty")
-    assert_raises_everywhere(comm, lambda: HaloExchanger(d, d.zeros(), "carrier-pigeon"),
-                             TransportError, "carrier-pigeon", "unknown")
+    assert_raises_everywhere(
+        comm, lambda: HaloExchanger(d, d.zeros(), "carrier-pigeon"), TransportError, "carrier-pigeon", "unknown"
+    )
     assert_raises_everywhere(comm, lambda: HaloExchanger(d, d.zeros(), timeout=0), ValueError, "timeout")
-    assert_raises_everywhere(comm, lambda: HaloExchanger(d, [d.zeros(), [[1.0]]]), FieldError, "field 1", "not an array")
-    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (8, 8), stencil="cross"),
-                             DecompositionError, "stencil", "'cross'")
-    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (8, 8), halo=(1, 1, 1)),
-                             DecompositionError, "halo", "3 dimension(s)")
-    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (8, 8), halo=-1),
-                             DecompositionError, "halo", ">= 0")
-    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (8, 8), periodic=(True,)),
-                             DecompositionError, "periodic")
-    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (2, 2, 2, 2)),
-                             DecompositionError, "1 to 3 dimensions")
-    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (8, 0)),
-                             DecompositionError, "at least 1 point")
+    assert_raises_everywhere(
+        comm, lambda: HaloExchanger(d, [d.zeros(), [[1.0]]]), FieldError, "field 1", "not an array"
+    )
+    assert_raises_everywhere(
+        comm, lambda: CartesianDecomposition(comm, (8, 8), stencil="cross"), DecompositionError, "stencil", "'cross'"
+    )
+    assert_raises_everywhere(
+        comm, lambda: CartesianDecomposition(comm, (8, 8), halo=(1, 1, 1)), DecompositionError, "halo", "3 dimension(s)"
+    )
+    assert_raises_everywhere(
+        comm, lambda: CartesianDecomposition(comm, (8, 8), halo=-1), DecompositionError, "halo", ">= 0"
+    )
+    assert_raises_everywhere(
+        comm, lambda: CartesianDecomposition(comm, (8, 8), periodic=(True,)), DecompositionError, "periodic"
+    )
+    assert_raises_everywhere(
+        comm, lambda: CartesianDecomposition(comm, (2, 2, 2, 2)), DecompositionError, "1 to 3 dimensions"
+    )
+    assert_raises_everywhere(comm, lambda: CartesianDecomposition(comm, (8, 0)), DecompositionError, "at least 1 point")
     d.comm.close()

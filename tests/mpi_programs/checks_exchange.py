@@ -411,7 +411,8 @@ def check_readme_heat_example(comm):
                 grid.interior(u)[...] += 0.1 * lap
         total = grid.gather(u)
         if comm.Get_rank() == 0 and not np.array_equal(total, serial):
-            problems.append(f"{name}: gathered field differs from the serial steps at "
-                            f"{np.argwhere(total != serial)[:4].tolist()}")
+            problems.append(
+                f"{name}: gathered field differs from the serial steps at {np.argwhere(total != serial)[:4].tolist()}"
+            )
     grid.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)

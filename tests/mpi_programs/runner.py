@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mpi4py import MPI  # noqa: E402
+from mpi4py import MPI
 
 MARKER = "GRIDCOMM_CHECK_RESULTS "
 

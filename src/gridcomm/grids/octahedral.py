@@ -66,7 +66,8 @@ class OctahedralGrid:
         assert self.size == 4 * self.N * (self.N + 9)
         self.row: np.ndarray = np.repeat(np.arange(2 * self.N), self.nlon)
         k = np.arange(self.size) - self.offsets[self.row]  # index within the row
-        self.lon: np.ndarray = 2.0 * np.pi * k / self.nlon[self.row]
+        # k / nlon first: equal fractions of a turn then give bitwise equal longitudes in every row.
+        self.lon: np.ndarray = 2.0 * np.pi * (k / self.nlon[self.row])
         self.lat: np.ndarray = self.latitudes[self.row]
         self.xyz: np.ndarray = lonlat_to_xyz(self.lon, self.lat)
 

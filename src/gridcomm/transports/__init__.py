@@ -6,11 +6,31 @@ from ..comm import Communicator
 from ..errors import TransportError
 from .base import Channel, Transport
 from .cma import CmaTransport
+from .ipc import IpcTransport
 from .mpi import MpiTransport
+from .nccl import NcclTransport
+from .staged import StagedTransport
 
-_REGISTRY: dict[str, type[Transport]] = {"cma": CmaTransport, "mpi": MpiTransport}
+_REGISTRY: dict[str, type[Transport]] = {
+    "cma": CmaTransport,
+    "ipc": IpcTransport,
+    "mpi": MpiTransport,
+    "nccl": NcclTransport,
+    "staged": StagedTransport,
+}
 
-__all__ = ["Channel", "CmaTransport", "MpiTransport", "Transport", "available", "choose", "names"]
+__all__ = [
+    "Channel",
+    "CmaTransport",
+    "IpcTransport",
+    "MpiTransport",
+    "NcclTransport",
+    "StagedTransport",
+    "Transport",
+    "available",
+    "choose",
+    "names",
+]
 
 
 def names() -> list[str]:
@@ -49,4 +69,4 @@ def choose(transport: str | Transport, comm: Communicator, on_device: bool) -> T
 
 def _preference(on_device: bool) -> list[str]:
     """Fastest first, as measured by ``gridcomm bench halo`` (docs/design.md)."""
-    return ["mpi"] if on_device else ["cma", "mpi"]
+    return ["ipc", "nccl", "mpi", "staged"] if on_device else ["cma", "mpi"]

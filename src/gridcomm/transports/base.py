@@ -45,15 +45,26 @@ def poll_until(done: Callable[[], bool], timeout: float, on_timeout: Callable[[f
 
 
 class Channel(ABC):
-    """One exchange's messages, bound to a transport: started and completed once per exchange."""
+    """One exchange's messages, bound to a transport: started and completed once per exchange.
+
+    ``stream`` is the CUDA stream the exchange is ordered on (None for host fields): the pack launch is
+    enqueued on it before ``start`` and the unpack launch after ``wait``.
+    """
+
+    def before_pack(self, stream: Any, timeout: float) -> None:  # noqa: B027 (optional hook)
+        """Before the pack is enqueued: make sure the destinations may be written (if the transport must)."""
 
     @abstractmethod
-    def start(self) -> None:
-        """Post every receive and send (the send data is packed already)."""
+    def start(self, stream: Any = None) -> None:
+        """Post every receive and send (the pack is enqueued, or done for host fields, already)."""
 
     @abstractmethod
-    def wait(self, timeout: float, operation: str) -> None:
-        """Complete every posted message, or raise GridcommTimeout naming ``operation`` and silent peers."""
+    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+        """Complete every posted message (or enqueue its completion on ``stream``), or raise GridcommTimeout
+        naming ``operation`` and the silent peers."""
+
+    def finish(self, stream: Any = None) -> None:  # noqa: B027 (optional hook)
+        """After the unpack is enqueued: tell the senders their data has been consumed (if the transport must)."""
 
     @abstractmethod
     def close(self) -> None:
@@ -64,6 +75,8 @@ class Transport(ABC):
     """A way of moving per-peer messages between ranks."""
 
     name: ClassVar[str]
+    #: True when an exchange needs no host work between its launches, so it can be captured in a CUDA graph.
+    graph_capturable: ClassVar[bool] = False
 
     @abstractmethod
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:

@@ -145,7 +145,7 @@ class _CmaChannel(Channel):
         self._done_out = [mpi.Send_init(empty, p, done) for p in self._sources]
         self._pending: list[int] = []
 
-    def start(self) -> None:
+    def start(self, stream: Any = None) -> None:
         from mpi4py import MPI
 
         MPI.Prequest.Startall(self._ready_in + self._done_in)
@@ -177,7 +177,7 @@ class _CmaChannel(Channel):
                 self._pending.remove(index)
         return not self._pending and MPI.Request.Testall(self._done_in + self._ready_out + self._done_out)
 
-    def wait(self, timeout: float, operation: str) -> None:
+    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
         def silent(elapsed: float) -> GridcommTimeout:
             peers = {self._sources[i] for i in self._pending}
             peers |= {p for r, p in zip(self._done_in, self._destinations, strict=True) if not r.Test()}

@@ -69,12 +69,14 @@ class _P2PChannel(Channel):
         self._send_peers = [m.peer for m in layout.sends]
         self._all = self._recvs + self._sends
 
-    def start(self) -> None:
+    def start(self, stream: Any = None) -> None:
         from mpi4py import MPI
 
+        if stream is not None:
+            stream.synchronize()  # the packed data must be in memory before MPI reads it
         MPI.Prequest.Startall(self._all)
 
-    def wait(self, timeout: float, operation: str) -> None:
+    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
         from mpi4py import MPI
 
         def silent_peers(elapsed: float) -> GridcommTimeout:
@@ -123,10 +125,12 @@ class _NeighborChannel(Channel):
             return message[2].Dup()
         return MPI.Datatype.Create_struct([message.nbytes], [MPI.Get_address(message)], [MPI.BYTE]).Commit()
 
-    def start(self) -> None:
+    def start(self, stream: Any = None) -> None:
+        if stream is not None:
+            stream.synchronize()
         self._request.Start()
 
-    def wait(self, timeout: float, operation: str) -> None:
+    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
         poll_until(
             self._request.Test,

@@ -64,6 +64,7 @@ def setup_mpdata(
     ``dt`` (s) if given, else the time step of Courant number ``courant``; ``check_cfl`` raises ValueError
     when it exceeds the limit. ``period_s`` overrides the 12-day revolution (for tests).
     """
+    comm = _communicator(comm)
     mesh = grid if isinstance(grid, MedianDualMesh) else MedianDualMesh(grid)
     case = CosineBell(alpha=float(alpha), radius=mesh.radius, **({} if period_s is None else {"period_s": period_s}))
     fluxes = case.edge_fluxes(mesh)
@@ -104,6 +105,15 @@ def setup_mpdata(
     return Setup(mesh, case, np.asarray(owner), local, solver, decomposition, float(dt), achieved)
 
 
+def _communicator(comm: Any) -> Any:
+    """None stays None (one rank, no MPI); an mpi4py communicator is wrapped in a gridcomm Communicator."""
+    if comm is None:
+        return None
+    from ...comm import Communicator
+
+    return Communicator.wrap(comm)
+
+
 def _gather(setup: Setup, comm: Any, field: np.ndarray) -> np.ndarray | None:
     if comm is None:
         return field[: setup.local.n_owned].copy()
@@ -112,7 +122,7 @@ def _gather(setup: Setup, comm: Any, field: np.ndarray) -> np.ndarray | None:
 
 def run_mpdata(
     comm: Any = None,
-    grid: str | int = "O48",
+    grid: str | int | OctahedralGrid | MedianDualMesh = "O48",
     *,
     levels: int = 1,
     alpha: float = 0.0,
@@ -140,14 +150,19 @@ def run_mpdata(
     ranks), exchanges_per_step. With ``return_fields``, rank 0's dict also holds ``initial``, ``final`` and
     ``exact`` (V, levels) arrays by global id.
     """
-    mesh = MedianDualMesh(grid)
+    if not revolutions > 0:
+        raise ValueError(f"revolutions must be positive, got {revolutions!r}")
+    if steps is not None and steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps!r}")
+    comm = _communicator(comm)
+    mesh = grid if isinstance(grid, MedianDualMesh) else MedianDualMesh(grid)
     case = CosineBell(alpha=float(alpha), radius=mesh.radius, **({} if period_s is None else {"period_s": period_s}))
     total_s = revolutions * case.period_s
     if dt is None:
         if courant is None:
             raise ValueError("give a time step: dt (s) or courant")
         dt_max = dt_for_courant(mesh.edges, case.edge_fluxes(mesh), mesh.dual_volumes, courant)
-        nsteps = max(1, math.ceil(total_s / dt_max * (1.0 - 1e-12)))
+        nsteps = max(1, math.ceil(total_s / dt_max * (1.0 - 1e-12)))  # whole steps, none above dt_max
         dt = total_s / nsteps
     else:
         nsteps = max(1, round(total_s / dt))
@@ -160,14 +175,13 @@ def run_mpdata(
         comm.mpi.Barrier()
     s.solver.run(nsteps, progress)
     final = _gather(s, comm, s.solver.psi)
-    step_s, exchange_s = s.solver.step_s, s.solver.exchange_s
+    step_s = s.solver.step_s
+    exchange_fraction = s.solver.exchange_s / max(step_s, 1e-300)
     if comm is not None:
         from mpi4py import MPI
 
         step_s = comm.mpi.allreduce(step_s, op=MPI.MAX)
-        exchange_s = comm.mpi.allreduce(exchange_s / max(s.solver.step_s, 1e-300), op=MPI.SUM) / comm.size
-    else:
-        exchange_s = exchange_s / max(step_s, 1e-300)
+        exchange_fraction = comm.mpi.allreduce(exchange_fraction, op=MPI.SUM) / comm.size
     result: dict[str, Any] | None = None
     if comm is None or comm.rank == 0:
         exact = np.repeat(case.height(mesh.xyz, nsteps * dt)[:, None], levels, axis=1)
@@ -194,7 +208,7 @@ def run_mpdata(
             "mass": mass,
             "mass_rel_change": (mass - mass0) / mass0,
             "time_per_step_s": step_s / max(nsteps, 1),
-            "exchange_fraction": exchange_s,
+            "exchange_fraction": exchange_fraction,
             "exchanges_per_step": len(s.solver._exchanges) if comm is not None else 0,
         }
         if return_fields:
@@ -220,6 +234,7 @@ def benchmark_mpdata(
     """Time MPDATA steps (diagonal flow, Courant number 0.5): per step, the slowest rank's time; the
     median and minimum over ``steps`` steps after ``warmup``, the share in halo exchanges, part sizes.
     Collective when ``comm`` is given; the same dict on every rank."""
+    comm = _communicator(comm)
     s = setup_mpdata(comm, grid, levels=levels, alpha=alpha, fct=fct)
     s.solver.run(warmup)
     per_step, per_exchange = np.empty(steps), np.empty(steps)

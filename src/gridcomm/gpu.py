@@ -1,0 +1,64 @@
+"""GPU helpers: which GPU a rank uses, and what the GPUs of a node can do for each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .arrays import cupy_or_none
+from .comm import Communicator
+
+
+def gpu_count() -> int:
+    """CUDA devices visible to this process (0 without CuPy or a driver)."""
+    cupy = cupy_or_none()
+    if cupy is None:
+        return 0
+    try:
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+def use_local_gpu(comm: Communicator | None = None) -> int:
+    """Collective: make GPU ``local_rank % gpu_count()`` this rank's current device (one rank per GPU) and
+    return its index. Call it before allocating device memory."""
+    comm = Communicator.wrap(comm)
+    count = gpu_count()
+    if count == 0:
+        raise RuntimeError("no CUDA GPU is visible to this rank (or CuPy is missing: pip install 'gridcomm[gpu]')")
+    device = comm.local_rank % count
+    cupy_or_none().cuda.Device(device).use()
+    return device
+
+
+def all_peers_reachable(comm: Communicator) -> str | None:
+    """Collective: None when all ranks share one node and every pair of their GPUs has peer access (so CUDA
+    IPC mappings work), else why not."""
+    from mpi4py import MPI
+
+    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+    same_node = node.Get_size() == comm.size
+    node.Free()
+    cupy = cupy_or_none()
+    mine = cupy.cuda.Device().id if cupy is not None and gpu_count() else -1
+    devices = comm.mpi.allgather(mine)
+    if not same_node:
+        return "some ranks are on other nodes"
+    if mine < 0:
+        return "no GPU"
+    runtime = cupy.cuda.runtime
+    blocked = [d for d in set(devices) if d != mine and not runtime.deviceCanAccessPeer(mine, d)]
+    problems = [p for p in comm.mpi.allgather(blocked) if p]
+    return f"GPUs without peer access: {problems}" if problems else None
+
+
+def nccl_communicator(comm: Communicator) -> Any:
+    """Collective: the NCCL communicator over ``comm``'s ranks, made once per Communicator (bootstrapped over
+    MPI: rank 0's unique id is broadcast)."""
+    if "nccl" not in comm.facts:
+        from cupy.cuda import nccl
+
+        uid = nccl.get_unique_id() if comm.rank == 0 else None
+        uid = comm.mpi.bcast(uid, root=0)
+        comm.facts["nccl"] = nccl.NcclCommunicator(comm.size, uid, comm.rank)
+    return comm.facts["nccl"]

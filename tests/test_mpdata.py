@@ -1,0 +1,239 @@
+"""MPDATA on the octahedral grid: conservation, convergence, boundedness, CFL, and identical results on
+any number of parts (threads with an in-memory exchange here, MPI ranks through mpdata_ranks.py)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gridcomm
+from gridcomm.apps.mpdata import (
+    CosineBell,
+    Mpdata,
+    check_cfl,
+    dt_for_courant,
+    plot_tracer,
+    run_mpdata,
+    setup_mpdata,
+)
+from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
+
+PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "mpdata_ranks.py"
+
+
+# -- serial behaviour --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.0, math.pi / 4, math.pi / 2], ids=["zonal", "diagonal", "polar"])
+def test_runs_conserve_mass_and_stay_bounded(alpha):
+    """All three rotation angles run; mass is conserved to 1e-12; the non-oscillatory option keeps the
+    field within the initial min/max (up to round-off)."""
+    r = run_mpdata(None, "O16", alpha=alpha, revolutions=0.25, levels=2)
+    assert r["steps"] > 10 and 0 < r["courant"] <= 0.5
+    assert abs(r["mass_rel_change"]) < 1e-12
+    assert r["min"] >= r["min0"] - 1e-12 * r["max0"] and r["max"] <= r["max0"] * (1 + 1e-12)
+    assert 0 < r["l2"] < 1 and np.isfinite([r["l1"], r["l2"], r["linf"]]).all()
+    assert r["simulated_s"] == pytest.approx(3 * 86400.0)
+
+
+def test_mass_conserved_without_limiter_and_upwind_only():
+    for options in ({"fct": False}, {"iterations": 0}):
+        r = run_mpdata(None, "O16", alpha=math.pi / 4, steps=40, **options)
+        assert abs(r["mass_rel_change"]) < 1e-12, options
+
+
+def test_error_decreases_with_resolution():
+    """A quarter revolution (3 days, diagonal flow) at O24 and O48: the same physical time; a full
+    revolution is measured in docs/mpdata.md."""
+    coarse = run_mpdata(None, "O24", alpha=math.pi / 4, revolutions=0.25)
+    fine = run_mpdata(None, "O48", alpha=math.pi / 4, revolutions=0.25)
+    assert coarse["simulated_s"] == pytest.approx(fine["simulated_s"], rel=1e-12)
+    for norm in ("l1", "l2", "linf"):
+        assert fine[norm] < 0.7 * coarse[norm], (norm, coarse[norm], fine[norm])
+    assert abs(fine["mass_rel_change"]) < 1e-12
+
+
+def test_corrective_pass_beats_upwind():
+    upwind = run_mpdata(None, "O24", alpha=0.0, revolutions=0.25, iterations=0)
+    mpdata = run_mpdata(None, "O24", alpha=0.0, revolutions=0.25)
+    assert mpdata["l2"] < 0.75 * upwind["l2"] and mpdata["max"] > upwind["max"]
+
+
+def test_constant_field_stays_constant():
+    """The edge fluxes of the solid-body wind are discretely non-divergent, so a constant is kept to round-off."""
+    s = setup_mpdata(None, "O16", alpha=math.pi / 3, levels=3)
+    s.solver.psi[:] = 7.0
+    s.solver.run(20)
+    assert np.abs(s.solver.psi - 7.0).max() < 1e-12 * 7.0
+
+
+def test_levels_are_independent_columns():
+    s = setup_mpdata(None, "O8", alpha=math.pi / 4, levels=3)
+    s.solver.psi[:, 1] *= 0.5
+    s.solver.psi[:, 2] = 0.0
+    single = setup_mpdata(None, "O8", alpha=math.pi / 4, levels=1)
+    s.solver.run(5)
+    single.solver.run(5)
+    assert s.solver.psi.flags.c_contiguous and s.solver.psi.shape == (s.mesh.n_nodes, 3)
+    assert np.array_equal(s.solver.psi[:, 0], single.solver.psi[:, 0])
+    assert (s.solver.psi[:, 2] == 0).all()
+
+
+def test_cfl_violation_raises_a_clear_error():
+    mesh = MedianDualMesh(16)
+    case = CosineBell(alpha=math.pi / 2, radius=mesh.radius)
+    fluxes = case.edge_fluxes(mesh)
+    dt = dt_for_courant(mesh.edges, fluxes, mesh.dual_volumes, 1.0)
+    assert check_cfl(mesh.edges, fluxes, mesh.dual_volumes, dt) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"Courant number is 2\.000.*limit 1.*use dt <= ") as info:
+        check_cfl(mesh.edges, fluxes, mesh.dual_volumes, 2 * dt)
+    assert f"{dt:.6g}" in str(info.value)
+    with pytest.raises(ValueError, match="CFL"):
+        run_mpdata(None, "O16", alpha=math.pi / 2, dt=3 * dt, steps=1)
+    with pytest.raises(ValueError, match="courant"):
+        run_mpdata(None, "O16", courant=1.5, steps=1)
+    with pytest.raises(ValueError, match="positive"):
+        check_cfl(mesh.edges, fluxes, mesh.dual_volumes, -1.0)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="unknown grid 'N48'"):
+        run_mpdata(None, "N48", steps=1)
+    local = LocalMesh.serial(MedianDualMesh(2))
+    flux, wind = np.zeros(local.n_edges), np.zeros((local.n_edges, 3))
+    with pytest.raises(ValueError, match="iterations"):
+        Mpdata(local, flux, wind, 1.0, iterations=2)
+    with pytest.raises(ValueError, match="one per local edge"):
+        Mpdata(local, flux[:-1], wind, 1.0)
+    mesh = MedianDualMesh(4)
+    thin = LocalMesh.build(mesh, equal_regions(mesh, 2), 0, layers=1)
+    with pytest.raises(ValueError, match="2 halo layers"):
+        Mpdata(thin, np.zeros(thin.n_edges), np.zeros((thin.n_edges, 3)), 1.0)
+
+
+def test_plot_tracer(tmp_path):
+    r = run_mpdata(None, "O8", alpha=math.pi / 4, steps=5, return_fields=True)
+    path = plot_tracer("O8", r["initial"], r["final"], tmp_path / "bell.png", exact=r["exact"], title="O8")
+    assert path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- several parts in one process: threads and an in-memory halo exchange ---------------------------------
+
+
+class ThreadExchange:
+    """Fills a part's halo rows from the owners' arrays; parts run in threads and meet at barriers, so no
+    owner writes its rows while others read them. Independent of gridcomm's exchange code."""
+
+    def __init__(self, world: dict, part: int, index: int, fields: list[np.ndarray]) -> None:
+        self.world, self.part, self.index, self.fields = world, part, index, fields
+        world["fields"][(part, index)] = fields
+        local, owner = world["locals"][part], world["owner"]
+        self.sources = []
+        for q in range(len(world["locals"])):
+            rows = np.flatnonzero(owner[local.halo_ids] == q)
+            if rows.size:
+                src = np.searchsorted(world["locals"][q].owned_ids, local.halo_ids[rows])
+                self.sources.append((q, local.n_owned + rows, src))
+
+    def exchange(self) -> None:
+        self.world["barrier"].wait()
+        for k, field in enumerate(self.fields):
+            for q, rows, src in self.sources:
+                field[rows] = self.world["fields"][(q, self.index)][k][src]
+        self.world["barrier"].wait()
+
+
+def run_parts(mesh: MedianDualMesh, nparts: int, steps: int, alpha: float, fct: bool, levels: int) -> np.ndarray:
+    owner = equal_regions(mesh, nparts)
+    case = CosineBell(alpha=alpha, radius=mesh.radius)
+    fluxes, wind = case.edge_fluxes(mesh), case.edge_velocities(mesh)
+    dt = dt_for_courant(mesh.edges, fluxes, mesh.dual_volumes, 0.5)
+    world = {
+        "owner": owner,
+        "locals": [LocalMesh.build(mesh, owner, p, layers=2) for p in range(nparts)],
+        "fields": {},
+        "barrier": threading.Barrier(nparts, timeout=60),
+    }
+    solvers = []
+    for p, local in enumerate(world["locals"]):
+        count = iter(range(2))
+        solver = Mpdata(
+            local, fluxes[local.edge_ids], wind[local.edge_ids], dt, levels=levels, fct=fct,
+            make_exchanger=lambda f, p=p, c=count: ThreadExchange(world, p, next(c), f),
+        )  # fmt: skip
+        solver.psi[:] = case.height(mesh.xyz)[local.global_ids, None]
+        solvers.append(solver)
+    errors: list[BaseException] = []
+
+    def work(solver: Mpdata) -> None:
+        try:
+            solver.run(steps)
+        except BaseException as error:
+            errors.append(error)
+            world["barrier"].abort()
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in solvers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    out = np.full((mesh.n_nodes, levels), np.nan)
+    for s in solvers:
+        out[s.local.owned_ids] = s.owned
+    return out
+
+
+@pytest.mark.parametrize("fct", [True, False], ids=["fct", "no-fct"])
+def test_parts_match_serial_bitwise(fct):
+    mesh = MedianDualMesh(16)
+    serial = run_parts(mesh, 1, 15, math.pi / 4, fct, 2)
+    single = setup_mpdata(None, mesh, alpha=math.pi / 4, fct=fct, levels=2)
+    single.solver.run(15)
+    assert np.array_equal(serial, single.solver.psi)  # one part with 2 halo layers = the plain serial run
+    for nparts in (2, 3, 4, 7):
+        assert np.array_equal(run_parts(mesh, nparts, 15, math.pi / 4, fct, 2), serial), nparts
+
+
+# -- MPI ranks ----------------------------------------------------------------------------------------------
+
+
+def find_mpiexec() -> str | None:
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else shutil.which("mpiexec")
+
+
+def launch(nranks: int, argv: list[str], timeout: float) -> tuple[int, str]:
+    """``python argv`` on ``nranks`` ranks; on passing ``timeout`` s the process group is killed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
+    env.update(PYTHONUNBUFFERED="1", GRIDCOMM_TIMEOUT="30")
+    cmd = [find_mpiexec(), "-n", str(nranks), sys.executable, *argv]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} still running after {timeout} s:\n{out.decode(errors='replace')[-6000:]}")
+    return proc.returncode, out.decode(errors="replace")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec beside sys.executable or on PATH")
+@pytest.mark.skipif(
+    not hasattr(gridcomm, "UnstructuredDecomposition"), reason="gridcomm.UnstructuredDecomposition not there yet"
+)
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_mpi_ranks_match_serial_bitwise(nranks):
+    rc, out = launch(nranks, [str(PROGRAM), "O16", "12", "2"], timeout=120)
+    assert rc == 0 and f"MPDATA-RANKS OK {nranks}" in out, out[-6000:]

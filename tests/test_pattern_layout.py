@@ -1,0 +1,185 @@
+"""Exchange patterns, message layouts and copy packing, checked serially for every rank of a decomposition.
+
+A decomposition is built for each rank of an n-rank world without MPI (a stand-in communicator that only
+knows its rank and size), so whole exchanges can be simulated in one process: message by message, each
+sender's selections copied into the receiver's, in the order the pattern gives. The result must equal
+the same serial reference the MPI tests use. Fast, so hypothesis can try many more cases than under MPI.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from harness import (
+    DTYPES,
+    cell_bytes,
+    describe_mismatch,
+    expected_cells,
+    local_with_sentinel,
+    random_global,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gridcomm import Box, CartesianDecomposition, Communicator, Pattern, PatternError, PeerPlan
+from gridcomm.packing import CopyPacker, FieldSpec, Layout
+from gridcomm.packing.layout import ALIGNMENT
+
+
+def stand_in_comm(rank: int, size: int) -> Communicator:
+    """A Communicator that knows its rank and size and nothing else (no MPI underneath)."""
+    comm = object.__new__(Communicator)
+    comm.rank, comm.size, comm.timeout, comm.mpi = rank, size, 60.0, None
+    return comm
+
+
+def every_rank(n, shape, **kwargs) -> list[CartesianDecomposition]:
+    return [CartesianDecomposition(stand_in_comm(r, n), shape, **kwargs) for r in range(n)]
+
+
+def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
+    if ndim == 1:
+        return [(n,)]
+    return [(f, *rest) for f in range(1, n + 1) if n % f == 0 for rest in factorisations(n // f, ndim - 1)]
+
+
+@st.composite
+def decompositions(draw, max_ranks=12):
+    n = draw(st.integers(1, max_ranks))
+    ndim = draw(st.integers(1, 3))
+    grid = draw(st.sampled_from(factorisations(n, ndim)))
+    halo = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(ndim))
+    least = [max(p, p * max(h)) for p, h in zip(grid, halo, strict=True)]
+    shape = tuple(draw(st.integers(n, n + 9)) for n in least)
+    periodic = tuple(draw(st.booleans()) for _ in range(ndim))
+    stencil = draw(st.sampled_from(["box", "star"]))
+    return every_rank(n, shape, halo=halo, periodic=periodic, proc_grid=grid, stencil=stencil)
+
+
+def plans_by_peer(d) -> dict[int, PeerPlan]:
+    return {p.rank: p for p in d.pattern().peers}
+
+
+@settings(max_examples=300, deadline=None)
+@given(decompositions(), st.sampled_from(DTYPES), st.sampled_from("CF"), st.integers(0, 2**32 - 1))
+def test_pattern_exchange_simulated_serially_matches_reference(ranks, dtype, order, seed):
+    """Copy every sender's boxes into the receiver's boxes, pairing them in pattern order: exact result."""
+    d0 = ranks[0]
+    g = random_global(d0.global_shape, dtype, seed)
+    locals_ = [local_with_sentinel(d, g, order) for d in ranks]
+    originals = [a.copy() for a in locals_]  # senders read the data as it was before the exchange
+    plans = [plans_by_peer(d) for d in ranks]
+    for sender, plan in enumerate(plans):
+        for receiver, out in plan.items():
+            back = plans[receiver].get(sender)
+            assert back is not None, f"rank {sender} sends to {receiver}, which expects nothing from it"
+            assert len(out.send) == len(back.recv), f"{sender}->{receiver}: {out.send} vs {back.recv}"
+            for src, dst in zip(out.send, back.recv, strict=True):
+                assert src.shape == dst.shape, f"{sender}->{receiver}: {src} into {dst}"
+                cell_bytes(locals_[receiver])[dst.slices] = cell_bytes(originals[sender])[src.slices]
+    for rank, (d, a) in enumerate(zip(ranks, locals_, strict=True)):
+        expect = expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil)
+        problem = describe_mismatch(a, expect)
+        assert problem is None, f"rank {rank} of {d.proc_grid} {d.global_shape} halo {d.halo} {d.stencil}: {problem}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(decompositions(), st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=4))
+def test_layout_segments_aligned_and_disjoint(ranks, fields):
+    specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
+    layouts = [Layout.build(d.pattern(), specs) for d in ranks]
+    for rank, layout in enumerate(layouts):
+        for messages, total in ((layout.sends, layout.send_nbytes), (layout.recvs, layout.recv_nbytes)):
+            spans = []
+            for m in messages:
+                assert m.offset % ALIGNMENT == 0 and ALIGNMENT == 16
+                assert m.offset >= 0 and m.offset + m.nbytes <= total
+                spans.append((m.offset, m.offset + m.nbytes))
+                inner = []
+                for seg in m.segments:
+                    assert seg.offset % 16 == 0, f"rank {rank}: segment at {seg.offset}"
+                    assert m.offset <= seg.offset and seg.offset + seg.nbytes <= m.offset + m.nbytes
+                    spec = specs[seg.field]
+                    assert seg.nbytes == seg.selection.size * spec.dtype.itemsize
+                    inner.append((seg.offset, seg.offset + seg.nbytes))
+                assert_disjoint(inner)
+            assert_disjoint(spans)
+        # What a rank sends to a peer is exactly as long as what that peer expects from it.
+        for m in layout.sends:
+            (back,) = [r for r in layouts[m.peer].recvs if r.peer == rank]
+            assert back.nbytes == m.nbytes and len(back.segments) == len(m.segments)
+
+
+def assert_disjoint(spans):
+    spans = sorted(s for s in spans if s[1] > s[0])
+    for (a0, a1), (b0, _) in itertools.pairwise(spans):
+        assert a1 <= b0, f"[{a0}, {a1}) overlaps [{b0}, ...)"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    decompositions(max_ranks=8),
+    st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=3),
+    st.integers(0, 2**32 - 1),
+)
+def test_copy_packer_messages_simulated_serially(ranks, fields, seed):
+    """Pack on every rank, move each message's bytes to its receiver, unpack: exact result for every field."""
+    specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
+    d0 = ranks[0]
+    globals_ = [random_global(d0.global_shape, dt, seed + i) for i, (dt, _) in enumerate(fields)]
+    arrays = [[local_with_sentinel(d, g, order) for g, (_, order) in zip(globals_, fields, strict=True)] for d in ranks]
+    packers = [CopyPacker(Layout.build(d.pattern(), specs), arrays[r], np) for r, d in enumerate(ranks)]
+    for p in packers:
+        p.pack()
+    for sender, p in enumerate(packers):
+        for i, m in enumerate(p.layout.sends):
+            receiver = packers[m.peer]
+            (j,) = [j for j, r in enumerate(receiver.layout.recvs) if r.peer == sender]
+            receiver.recv_message(j)[...] = p.send_message(i)
+    for p in packers:
+        p.unpack()
+        p.close()
+    for rank, d in enumerate(ranks):
+        for i, g in enumerate(globals_):
+            expect = expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil)
+            problem = describe_mismatch(arrays[rank][i], expect)
+            assert problem is None, f"rank {rank}, field {i} {fields[i]}: {problem}"
+
+
+def test_box():
+    box = Box((1, 0, 2), (4, 2, 2))
+    assert box.shape == (3, 2, 0)
+    assert box.size == 0
+    assert box.slices == (slice(1, 4), slice(0, 2), slice(2, 2))
+    assert Box((0,), (5,)).size == 5
+
+
+def test_pattern_check_bounds():
+    inside = Pattern((4, 4), (PeerPlan(1, (Box((1, 1), (3, 2)),), (Box((0, 0), (4, 1)),)),))
+    inside.check_bounds()
+    for bad in (Box((0, 0), (5, 1)), Box((-1, 0), (1, 1)), Box((2, 2), (1, 3))):
+        with pytest.raises(PatternError, match="peer 1"):
+            Pattern((4, 4), (PeerPlan(1, (bad,), ()),)).check_bounds()
+
+
+def test_star_pattern_has_no_edge_or_corner_boxes():
+    for d in every_rank(4, (8, 8, 8), halo=1, periodic=True, stencil="star", proc_grid=(2, 2, 1)):
+        for peer in d.pattern().peers:
+            for box in peer.recv:
+                outside = sum(
+                    1
+                    for a, b, (lo, _), n in zip(box.start, box.stop, d.halo, d.interior_shape, strict=True)
+                    if b <= lo or a >= lo + n
+                )
+                assert outside == 1, f"star stencil receives {box}"
+
+
+def test_uneven_ownership_and_c_order_ranks():
+    ranks = every_rank(6, (10, 7), halo=0, proc_grid=(3, 2))
+    assert [d.coords for d in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [d.interior_shape for d in ranks] == [(4, 4), (4, 3), (3, 4), (3, 3), (3, 4), (3, 3)]
+    assert ranks[3].global_slices == (slice(4, 7), slice(4, 7))
+    assert ranks[0].rank_of((2, 1)) == 5
+    assert ranks[0].coords_of(5) == (2, 1)
