@@ -19,6 +19,7 @@ import gridcomm
 from gridcomm.apps.mpdata import (
     CosineBell,
     Mpdata,
+    benchmark_mpdata,
     check_cfl,
     dt_for_courant,
     plot_tracer,
@@ -118,6 +119,14 @@ def test_bad_input():
     thin = LocalMesh.build(mesh, equal_regions(mesh, 2), 0, layers=1)
     with pytest.raises(ValueError, match="2 halo layers"):
         Mpdata(thin, np.zeros(thin.n_edges), np.zeros((thin.n_edges, 3)), 1.0)
+
+
+def test_progress_and_benchmark():
+    seen = []
+    r = run_mpdata(None, "O4", steps=3, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)] and r["steps"] == 3 and r["exchanges_per_step"] == 0
+    b = benchmark_mpdata(None, "O4", levels=2, steps=3, warmup=1)
+    assert b["ranks"] == 1 and b["owned_per_rank"] == [b["nodes"]] and b["median_s"] > 0
 
 
 def test_plot_tracer(tmp_path):

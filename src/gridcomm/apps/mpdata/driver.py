@@ -209,7 +209,7 @@ def run_mpdata(
             "mass_rel_change": (mass - mass0) / mass0,
             "time_per_step_s": step_s / max(nsteps, 1),
             "exchange_fraction": exchange_fraction,
-            "exchanges_per_step": len(s.solver._exchanges) if comm is not None else 0,
+            "exchanges_per_step": s.solver.exchanges_per_step if comm is not None else 0,
         }
         if return_fields:
             result.update(initial=initial, final=final, exact=exact)
@@ -250,8 +250,8 @@ def benchmark_mpdata(
     if comm is not None:
         from mpi4py import MPI
 
-        per_step = comm.mpi.allreduce(per_step, op=MPI.MAX)
-        per_exchange = comm.mpi.allreduce(per_exchange, op=MPI.MAX)
+        comm.mpi.Allreduce(MPI.IN_PLACE, per_step, op=MPI.MAX)
+        comm.mpi.Allreduce(MPI.IN_PLACE, per_exchange, op=MPI.MAX)
         sizes = comm.mpi.allgather((owned, halo))
     else:
         sizes = [(owned, halo)]

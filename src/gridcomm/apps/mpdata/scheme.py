@@ -136,6 +136,11 @@ class Mpdata:
         self.step_s = 0.0  # seconds spent in steps, exchanges included
 
     @property
+    def exchanges_per_step(self) -> int:
+        """Halo exchanges per step: 2 (1 with ``iterations=0``)."""
+        return len(self._exchanges)
+
+    @property
     def owned(self) -> np.ndarray:
         """The tracer on the owned nodes, (n_owned, levels) (a view)."""
         return self.psi[: self.local.n_owned]
