@@ -19,20 +19,14 @@ from harness import (
     expected_cells,
     local_with_sentinel,
     random_global,
+    stand_in_comm,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridcomm import Box, CartesianDecomposition, Communicator, Pattern, PatternError, PeerPlan
+from gridcomm import Box, CartesianDecomposition, Pattern, PatternError, PeerPlan
 from gridcomm.packing import CopyPacker, FieldSpec, Layout
 from gridcomm.packing.layout import ALIGNMENT
-
-
-def stand_in_comm(rank: int, size: int) -> Communicator:
-    """A Communicator that knows its rank and size and nothing else (no MPI underneath)."""
-    comm = object.__new__(Communicator)
-    comm.rank, comm.size, comm.timeout, comm.mpi = rank, size, 60.0, None
-    return comm
 
 
 def every_rank(n, shape, **kwargs) -> list[CartesianDecomposition]:
@@ -62,7 +56,7 @@ def plans_by_peer(d) -> dict[int, PeerPlan]:
     return {p.rank: p for p in d.pattern().peers}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(decompositions(), st.sampled_from(DTYPES), st.sampled_from("CF"), st.integers(0, 2**32 - 1))
 def test_pattern_exchange_simulated_serially_matches_reference(ranks, dtype, order, seed):
     """Copy every sender's boxes into the receiver's boxes, pairing them in pattern order: exact result."""
@@ -85,7 +79,7 @@ def test_pattern_exchange_simulated_serially_matches_reference(ranks, dtype, ord
         assert problem is None, f"rank {rank} of {d.proc_grid} {d.global_shape} halo {d.halo} {d.stencil}: {problem}"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(decompositions(), st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=4))
 def test_layout_segments_aligned_and_disjoint(ranks, fields):
     specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
@@ -118,7 +112,7 @@ def assert_disjoint(spans):
         assert a1 <= b0, f"[{a0}, {a1}) overlaps [{b0}, ...)"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     decompositions(max_ranks=8),
     st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=3),

@@ -77,6 +77,18 @@ def _check_launcher_matches(world_size: int) -> None:
             )
 
 
+@functools.cache
+def _kept_keyval() -> int:
+    """The MPI attribute key under which an mpi4py communicator keeps its gridcomm Communicator."""
+    from mpi4py import MPI
+
+    def release(_base: Any, _keyval: int, kept: Communicator) -> None:
+        if not MPI.Is_finalized():
+            kept.close()
+
+    return MPI.Comm.Create_keyval(delete_fn=release)
+
+
 class Communicator:
     """The ranks that take part in gridcomm's exchanges: a private duplicate of an mpi4py communicator.
 
@@ -112,8 +124,25 @@ class Communicator:
 
     @classmethod
     def wrap(cls, comm: Any) -> Communicator:
-        """``comm`` itself if it already is a Communicator, else a new one over it (None: COMM_WORLD)."""
-        return comm if isinstance(comm, Communicator) else cls(comm)
+        """``comm`` itself if it already is a Communicator, else the one gridcomm keeps for that mpi4py
+        communicator (None: COMM_WORLD), made on first use (collective then).
+
+        The kept Communicator is cached as an attribute of the mpi4py communicator, as MPI libraries cache
+        their inner communicators: decompositions made again and again over the same communicator share one
+        duplicate instead of using up MPI's communicator ids, and it is freed when that communicator is.
+        """
+        if isinstance(comm, Communicator):
+            return comm
+        from mpi4py import MPI
+
+        base = MPI.COMM_WORLD if comm is None else comm
+        if not isinstance(base, MPI.Comm) or base == MPI.COMM_NULL:
+            return cls(base)  # raises the constructor's error
+        kept = base.Get_attr(_kept_keyval())
+        if kept is None or kept.mpi == MPI.COMM_NULL:  # none yet, or closed by its user
+            kept = cls(base)
+            base.Set_attr(_kept_keyval(), kept)
+        return kept
 
     @functools.cached_property
     def cuda_aware(self) -> bool:

@@ -48,3 +48,7 @@ class GridcommTimeout(GridcommError, TimeoutError):
             f"{', '.join(map(str, self.peers)) or '?'}; a peer is stuck, crashed or did not call the same "
             "exchange. Raise the limit with timeout=... or GRIDCOMM_TIMEOUT (seconds) if it is only slow."
         )
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, tuple[int, ...], float]]:
+        # Pickled by mpi4py's lower-case collectives and process pools: rebuild from the attributes.
+        return type(self), (self.operation, self.rank, self.peers, self.elapsed)

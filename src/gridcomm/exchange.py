@@ -140,6 +140,11 @@ class HaloExchanger:
                 f"are {expected}{more}; allocate fields with decomposition.empty(dtype) / zeros(dtype)"
             )
         memory_order(f, what)  # raises for a strided view
+        if not getattr(f.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+            raise FieldError(
+                f"{what} is read-only (flags.writeable is False), but received halos are written into it; "
+                "pass a writable array (e.g. a copy)"
+            )
         return dtype.str, _compatible_orders(f), shape[len(expected) :]
 
     def _agree_on_fields(self) -> list[FieldSpec]:
@@ -254,7 +259,12 @@ class HaloExchanger:
     def __enter__(self) -> HaloExchanger:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # An error (a timeout, say) that leaves an exchange in flight must reach the caller unchanged, and the
+        # buffers must outlive the messages still aimed at them: the exchanger stays open, so the exchange can
+        # still be completed with wait() and the exchanger closed afterwards.
+        if exc_type is not None and not self._handle.done:
+            return
         self.close()
 
     def __repr__(self) -> str:

@@ -9,7 +9,7 @@ can shrink a failure to a small case. The other ranks wait politely (8 ranks sha
 Cases that must fail (a grid too small for its process grid or halo) check that every rank raises
 DecompositionError instead.
 
-Environment: GRIDCOMM_PROPERTY_EXAMPLES (default 2000, about a minute on 2 cores) sets max_examples;
+Environment: GRIDCOMM_PROPERTY_EXAMPLES (default 3000, about 1.5 minutes on 2 cores) sets max_examples;
 GRIDCOMM_PROPERTY_RANDOM=1 draws new examples (derandomize=False) instead of the same ones every run.
 """
 
@@ -42,7 +42,7 @@ import gridcomm
 from gridcomm import CartesianDecomposition, DecompositionError, HaloExchanger
 from gridcomm.decomp.procgrid import choose_proc_grid
 
-MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "2000"))
+MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "3000"))
 DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
 BUFFER_BYTES = 1 << 14
 

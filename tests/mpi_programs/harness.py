@@ -48,6 +48,16 @@ def ranks(minimum: int = 1, maximum: int | None = None, only: Sequence[int] | No
     return mark
 
 
+def stand_in_comm(rank: int, size: int) -> Any:
+    """A gridcomm Communicator that knows its rank and size and nothing else (no MPI underneath): enough to
+    build any rank's CartesianDecomposition and pattern in one process."""
+    from gridcomm import Communicator
+
+    comm = object.__new__(Communicator)
+    comm.rank, comm.size, comm.timeout, comm.mpi = rank, size, 60.0, None
+    return comm
+
+
 # -- waiting politely (8 ranks share 2 cores) --------------------------------------------------------------
 
 

@@ -38,6 +38,16 @@ def halo_volume(
     return volume
 
 
+def halo_fits(
+    grid: Sequence[int], global_shape: Sequence[int], halo: Sequence[tuple[int, int]], periodic: Sequence[bool]
+) -> bool:
+    """Whether every block of ``grid`` is at least as wide as the halo in each dimension that is exchanged."""
+    return all(
+        not (p > 1 or wraps) or max(lo, hi) <= n // p
+        for p, n, (lo, hi), wraps in zip(grid, global_shape, halo, periodic, strict=True)
+    )
+
+
 def choose_proc_grid(
     nranks: int,
     global_shape: Sequence[int],
@@ -49,18 +59,24 @@ def choose_proc_grid(
 
     Like MPI_Dims_create, but weighing each dimension by its halo width and extent rather than only
     balancing the factors; ties go to the most balanced grid, larger factors first (MPI's order).
-    Entries of ``fixed`` that are non-zero are kept as given.
+    Grids whose blocks are all at least as wide as the halo come first, so that a grid that fits is chosen
+    whenever one exists. Entries of ``fixed`` that are non-zero are kept as given.
     """
     ndim = len(global_shape)
     fixed = tuple(fixed) if fixed is not None else (0,) * ndim
     weights = halo if any(lo + hi for lo, hi in halo) else [(1, 1)] * ndim
-    best: tuple[tuple[int, int, tuple[int, ...]], tuple[int, ...]] | None = None
+    best: tuple[tuple[bool, int, int, tuple[int, ...]], tuple[int, ...]] | None = None
     for grid in factorisations(nranks, ndim):
         if any(f and f != p for f, p in zip(fixed, grid, strict=True)):
             continue
         if any(p > n for p, n in zip(grid, global_shape, strict=True)):
             continue
-        key = (halo_volume(grid, global_shape, weights, periodic), max(grid) - min(grid), tuple(-p for p in grid))
+        key = (
+            not halo_fits(grid, global_shape, halo, periodic),
+            halo_volume(grid, global_shape, weights, periodic),
+            max(grid) - min(grid),
+            tuple(-p for p in grid),
+        )
         if best is None or key < best[0]:
             best = (key, grid)
     if best is None:
