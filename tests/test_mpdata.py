@@ -4,18 +4,13 @@ any number of parts (threads with an in-memory exchange here, MPI ranks through 
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import gridcomm
+from conftest import run_mpi
 from gridcomm.apps.mpdata import (
     CosineBell,
     Mpdata,
@@ -217,32 +212,8 @@ def test_parts_match_serial_bitwise(fct):
 # -- MPI ranks ----------------------------------------------------------------------------------------------
 
 
-def find_mpiexec() -> str | None:
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.exists() else shutil.which("mpiexec")
-
-
-def launch(nranks: int, argv: list[str], timeout: float) -> tuple[int, str]:
-    """``python argv`` on ``nranks`` ranks; on passing ``timeout`` s the process group is killed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
-    env.update(PYTHONUNBUFFERED="1", GRIDCOMM_TIMEOUT="30")
-    cmd = [find_mpiexec(), "-n", str(nranks), sys.executable, *argv]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} still running after {timeout} s:\n{out.decode(errors='replace')[-6000:]}")
-    return proc.returncode, out.decode(errors="replace")
-
-
 @pytest.mark.mpi
-@pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec beside sys.executable or on PATH")
-@pytest.mark.skipif(
-    not hasattr(gridcomm, "UnstructuredDecomposition"), reason="gridcomm.UnstructuredDecomposition not there yet"
-)
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])
 def test_mpi_ranks_match_serial_bitwise(nranks):
-    rc, out = launch(nranks, [str(PROGRAM), "O16", "12", "2"], timeout=120)
+    rc, out = run_mpi(nranks, [str(PROGRAM), "O16", "12", "2"], timeout=120)
     assert rc == 0 and f"MPDATA-RANKS OK {nranks}" in out, out[-6000:]

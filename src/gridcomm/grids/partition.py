@@ -138,12 +138,3 @@ def partition_report(mesh: MedianDualMesh, owner: np.ndarray, layers: int = 2) -
             }
         )
     return report
-
-
-def __getattr__(name: str) -> Any:
-    # LocalMesh lives in .local (which imports this module); reachable here too, as partition.LocalMesh.
-    if name == "LocalMesh":
-        from .local import LocalMesh
-
-        return LocalMesh
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

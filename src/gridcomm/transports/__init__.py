@@ -27,6 +27,7 @@ __all__ = [
     "NcclTransport",
     "StagedTransport",
     "Transport",
+    "auto_choice_reason",
     "available",
     "choose",
     "names",
@@ -65,6 +66,18 @@ def choose(transport: str | Transport, comm: Communicator, on_device: bool) -> T
     if reason is not None:
         raise TransportError(f"transport {chosen.name!r} cannot be used: {reason}")
     return chosen
+
+
+def auto_choice_reason(reasons: dict[str, str | None], on_device: bool) -> str:
+    """What ``"auto"`` picks given ``available(...)``'s answer, and why: the first usable transport in order of
+    preference, and why each one before it was passed over."""
+    skipped = []
+    for name in _preference(on_device):
+        if reasons.get(name) is None:
+            why = f"{name}: the first usable of {' > '.join(_preference(on_device))} (fastest first)"
+            return why + "".join(f"; not {s}: {reasons[s]}" for s in skipped)
+        skipped.append(name)
+    return "nothing: no transport is usable"
 
 
 def _preference(on_device: bool) -> list[str]:

@@ -35,16 +35,6 @@ class Setup:
     courant: float  # the largest Courant number of dt
 
 
-def _decomposition(comm: Any, local: LocalMesh) -> Any:
-    import gridcomm
-
-    if not hasattr(gridcomm, "UnstructuredDecomposition"):
-        raise RuntimeError(
-            "this gridcomm has no UnstructuredDecomposition: run MPDATA with comm=None (one rank) until it lands"
-        )
-    return gridcomm.UnstructuredDecomposition(comm, local.owned_ids, local.halo_ids)
-
-
 def setup_mpdata(
     comm: Any = None,
     grid: str | int | OctahedralGrid | MedianDualMesh = "O48",
@@ -81,12 +71,13 @@ def setup_mpdata(
     decomposition = None
     make = None
     if comm is not None:
-        import gridcomm
+        from ...decomp import UnstructuredDecomposition
+        from ...exchange import HaloExchanger
 
-        decomposition = _decomposition(comm, local)
+        decomposition = UnstructuredDecomposition(comm, local.owned_ids, local.halo_ids)
 
         def make(fields: list[np.ndarray]) -> Any:
-            return gridcomm.HaloExchanger(decomposition, fields)
+            return HaloExchanger(decomposition, fields)
 
     velocities = case.edge_velocities(mesh)
     solver = Mpdata(

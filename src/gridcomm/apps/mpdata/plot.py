@@ -24,10 +24,14 @@ def plot_tracer(
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
-    lon, lat = np.degrees(grid.lon), np.degrees(grid.lat)
+    # Points near longitude 0 appear again at 360, so that the map closes across the date line.
+    wrap = np.flatnonzero(grid.lon < np.radians(30.0))
+    lon = np.concatenate([np.degrees(grid.lon), np.degrees(grid.lon[wrap]) + 360.0])
+    lat = np.degrees(np.concatenate([grid.lat, grid.lat[wrap]]))
 
     def pick(a: np.ndarray) -> np.ndarray:
-        return a[:, level] if a.ndim == 2 else a
+        values = a[:, level] if a.ndim == 2 else a
+        return np.concatenate([values, values[wrap]])
 
     panels = [("initial", pick(initial), "viridis"), ("final", pick(final), "viridis")]
     if exact is not None:

@@ -1,0 +1,87 @@
+"""The dwarfs as commands, run on every rank by ``gridcomm run APP --np N ...``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import console, progress, table
+
+apps_app = typer.Typer(
+    no_args_is_help=True,
+    help="The dwarfs on the ranks of this launch; `gridcomm run APP --np N ...` starts the ranks for you.",
+)
+
+
+@apps_app.callback()
+def _group() -> None:
+    """Keeps the dwarfs sub-commands (Typer would fold a group of one command into that command)."""
+
+
+#: What ``gridcomm run`` accepts in place of a command.
+APPS = ("mpdata",)
+
+
+@apps_app.command("mpdata")
+def mpdata(
+    grid: Annotated[str, typer.Option(help="Octahedral grid, e.g. O48 (4N(N+9) nodes).")] = "O48",
+    levels: Annotated[int, typer.Option(help="Vertical levels (the horizontal scheme runs on each).")] = 1,
+    alpha: Annotated[float, typer.Option(help="Rotation axis tilt [rad]: 0 zonal, 0.785 diagonal, 1.571 polar.")] = 0.0,
+    revolutions: Annotated[float, typer.Option(help="Revolutions of 12 days to advect the bell.")] = 1.0,
+    courant: Annotated[float, typer.Option(help="Largest Courant number the time step may reach (<= 1).")] = 0.5,
+    dt: Annotated[float | None, typer.Option(help="Time step [s] instead of --courant (checked against CFL).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Run only this many steps.")] = None,
+    fct: Annotated[bool, typer.Option(help="Non-oscillatory (flux-corrected) option.")] = True,
+    plot: Annotated[Path | None, typer.Option(help="PNG of the tracer before, after, and after minus exact.")] = None,
+) -> None:
+    """Williamson case 1 (cosine bell in solid-body rotation) with MPDATA on the octahedral grid."""
+    from ..apps.mpdata import plot_tracer, run_mpdata
+    from ..comm import Communicator
+
+    comm = Communicator()
+    say = comm.rank == 0
+    if say:
+        console.print(
+            f"MPDATA on {grid}, {levels} level(s), alpha = {alpha:g} rad, {revolutions:g} revolution(s), "
+            f"{comm.size} rank(s) (equal-regions parts, 2 halo layers, 2 exchanges per step)"
+        )
+    with progress(say) as bar:
+        task = bar.add_task("time steps", total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        r = run_mpdata(
+            comm,
+            grid,
+            levels=levels,
+            alpha=alpha,
+            revolutions=revolutions,
+            courant=None if dt is not None else courant,
+            dt=dt,
+            steps=steps,
+            fct=fct,
+            progress=advance,
+            return_fields=plot is not None,
+        )
+    if say:
+        rows = [
+            ["nodes / edges", f"{r['nodes']} / {r['edges']}"],
+            ["steps x dt", f"{r['steps']} x {r['dt']:.1f} s = {r['simulated_s'] / 86400:.2f} days"],
+            ["largest Courant number", f"{r['courant']:.3f}"],
+            ["l1 / l2 / linf error", f"{r['l1']:.4f} / {r['l2']:.4f} / {r['linf']:.4f}"],
+            ["min / max (initial)", f"{r['min']:.4g} / {r['max']:.4g} ({r['min0']:.4g} / {r['max0']:.4g})"],
+            ["mass change (relative)", f"{r['mass_rel_change']:.2e}"],
+            ["time per step (slowest rank)", f"{r['time_per_step_s'] * 1e3:.2f} ms"],
+            ["share in halo exchanges", f"{100 * r['exchange_fraction']:.0f} % ({r['exchanges_per_step']} per step)"],
+        ]
+        console.print(table("result", ["", ""], rows))
+        if plot is not None:
+            title = f"{r['grid']}, alpha = {alpha:g}, {r['simulated_s'] / 86400:.2f} days, {comm.size} rank(s)"
+            console.print(f"plot: {plot_tracer(grid, r['initial'], r['final'], plot, exact=r['exact'], title=title)}")
+        ok = abs(r["mass_rel_change"]) < 1e-12 and math.isfinite(r["l2"])
+        console.print("OK" if ok else "[red]mass not conserved or the solution is not finite")
+    comm.close()

@@ -1,0 +1,79 @@
+"""What every ``gridcomm`` sub-command shares: the console, the --np option, relaunching, progress bars."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ..launch import relaunch_self, under_launcher
+
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+NpOption = Annotated[int, typer.Option("--np", help="Ranks to start when not already under mpiexec.")]
+
+
+def ranks_or_relaunch(nprocs: int) -> None:
+    """Outside a launcher, start this same command on ``nprocs`` ranks and exit with its status."""
+    if nprocs > 1 and not under_launcher():
+        raise typer.Exit(relaunch_self(nprocs))
+
+
+def int_list(text: str, what: str) -> list[int]:
+    """``"8,16,32"`` as [8, 16, 32]; a clear error for anything else."""
+    try:
+        values = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{what}: {text!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise typer.BadParameter(f"{what}: give at least one value")
+    return values
+
+
+class _NoProgress:
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def add_task(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def advance(self, *args: Any) -> None:
+        pass
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def progress(show: bool) -> Any:
+    """A rich progress bar on the printing rank, nothing elsewhere."""
+    if not show:
+        return _NoProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Any:
+    """A rich table with right-aligned columns."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for column in columns:
+        t.add_column(column, justify="right")
+    for row in rows:
+        t.add_row(*row)
+    return t

@@ -1,0 +1,147 @@
+"""The ``gridcomm`` command: info, demo and run; ``bench`` and the dwarfs live in their own modules."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .. import __version__
+from ..launch import find_mpiexec, run_under_mpiexec, under_launcher
+from .apps import APPS, apps_app
+from .bench import bench_app
+from .common import NpOption, console, ranks_or_relaunch
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    help="gridcomm: halo exchanges and all-to-all transpositions for grid codes on CPUs and GPUs.",
+)
+app.add_typer(bench_app, name="bench")
+app.add_typer(apps_app, name="app")  # what `gridcomm run APP` runs on every rank
+
+
+@app.command()
+def info() -> None:
+    """What gridcomm found here: MPI library (and whether it is CUDA-aware), GPUs, transports."""
+    from .. import transports
+    from ..bench.machine import _version, gpus
+    from ..comm import Communicator, mpi_library_version
+
+    comm = Communicator()
+    table = Table(show_header=False, box=None)
+    table.add_row("gridcomm", __version__)
+    table.add_row("Python", sys.version.split()[0])
+    table.add_row("NumPy / mpi4py", f"{_version('numpy')} / {_version('mpi4py')}")
+    table.add_row("MPI library", mpi_library_version())
+    table.add_row("MPI CUDA-aware", "yes" if comm.cuda_aware else "no (device memory is never handed to it)")
+    try:
+        table.add_row("mpiexec", find_mpiexec())
+    except FileNotFoundError as error:
+        table.add_row("mpiexec", f"[red]{error}")
+    table.add_row("ranks in this run", str(comm.size))
+    found = gpus()
+    table.add_row("GPUs (NVML)", ", ".join(f"{g['index']}: {g['name']} {g['memory_GiB']} GiB" for g in found) or "none")
+    cupy = _version("cupy-cuda13x") or _version("cupy")
+    table.add_row("CuPy", cupy or escape("not installed (pip install 'gridcomm[gpu]')"))
+    for where, on_device in (("host arrays", False), ("GPU arrays", True)):
+        reasons = transports.available(comm, on_device)
+        usable = [n for n, why in reasons.items() if why is None]
+        table.add_row(f"transports, {where}", ", ".join(usable) or "none")
+        if usable:
+            table.add_row("  auto picks", escape(transports.auto_choice_reason(reasons, on_device)))
+        for name, why in reasons.items():
+            if why is not None:
+                table.add_row(f"  not {name}", escape(why))
+    if comm.rank == 0:
+        console.print(table)
+    comm.close()
+
+
+@app.command()
+def demo(
+    nprocs: NpOption = 4,
+    shape: Annotated[tuple[int, int, int], typer.Option(help="Global grid points per dimension.")] = (24, 20, 16),
+    halo: Annotated[int, typer.Option(help="Halo width on every side.")] = 2,
+) -> None:
+    """Exchange the halos of a 3-D periodic field over the ranks and check them against the serial reference."""
+    ranks_or_relaunch(nprocs)
+    from ..comm import Communicator
+    from ..demo import run_demo
+
+    comm = Communicator()
+    ok = run_demo(comm, shape, halo, say=console.print if comm.rank == 0 else lambda _: None)
+    comm.close()
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    command: Annotated[
+        list[str], typer.Argument(help=f"A dwarf ({', '.join(APPS)}) and its options, or any command (python x.py)")
+    ],
+    nprocs: NpOption = 4,
+) -> None:
+    """Run a dwarf, or any COMMAND, on --np ranks with the mpiexec that matches mpi4py.
+
+    gridcomm run mpdata --grid O48 --np 4; gridcomm run --np 4 python step.py
+    """
+    if command[0] in APPS:
+        if under_launcher() or nprocs == 1 or "--help" in command:
+            raise typer.Exit(_run_app_here(command))
+        command = [sys.executable, "-m", "gridcomm", "app", *command]
+    try:
+        raise typer.Exit(run_under_mpiexec(nprocs, command))
+    except FileNotFoundError as error:
+        console.print(f"[red]{error}")
+        raise typer.Exit(2) from None
+
+
+def _run_app_here(command: list[str]) -> int:
+    try:
+        apps_app(command, prog_name=f"gridcomm run {command[0]}", standalone_mode=False)
+    except typer.Exit as done:
+        return done.exit_code
+    return 0
+
+
+def _abort_other_ranks() -> None:
+    """After an uncaught error on one rank, end the whole job: the other ranks would wait for it forever."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        sys.stderr.flush()
+        mpi.COMM_WORLD.Abort(1)
+
+
+def main() -> None:
+    """Entry point of the ``gridcomm`` command."""
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    from ..errors import GridcommError
+
+    try:
+        app()
+    except (GridcommError, ValueError) as error:  # bad input: its message says what to do
+        print(f"gridcomm: error: {_rank_prefix()}{error}", file=sys.stderr)
+        _abort_other_ranks()
+        sys.exit(1)
+    except Exception:
+        traceback.print_exc()
+        _abort_other_ranks()
+        sys.exit(1)
+
+
+def _rank_prefix() -> str:
+    """"rank r: " in a run of several ranks, else nothing."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        return f"rank {mpi.COMM_WORLD.Get_rank()}: "
+    return ""
+
+
+__all__ = ["app", "main", "ranks_or_relaunch"]

@@ -1,0 +1,63 @@
+"""The ``gridcomm`` command as a user runs it: it starts its own ranks, prints what it did, writes results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+def gridcomm(*args: str, timeout: float = 180) -> str:
+    """Run ``gridcomm ARGS`` as a fresh process outside any launcher; fail the test on a non-zero exit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
+    env.update(GRIDCOMM_TIMEOUT="30", PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gridcomm", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"gridcomm {' '.join(args)} exited {proc.returncode}:\n{out[-6000:]}"
+    return out
+
+
+def test_info_names_the_transports_and_the_auto_choice():
+    out = gridcomm("info")
+    assert "MPI CUDA-aware" in out and "transports, host arrays" in out
+    assert "auto picks" in out and "(fastest first)" in out
+
+
+def test_demo_on_four_ranks_is_verified():
+    out = gridcomm("demo", "--np", "4")
+    assert "4 ranks on process grid" in out and out.rstrip().endswith("OK")
+
+
+def test_run_mpdata_starts_ranks_reports_and_plots(tmp_path):
+    png = tmp_path / "bell.png"
+    out = gridcomm("run", "mpdata", "--grid", "O8", "--np", "2", "--steps", "6", "--alpha", "0.785", "--plot", str(png))
+    assert "2 rank(s)" in out and "l1 / l2 / linf error" in out and "mass change" in out
+    assert out.rstrip().endswith("OK") and png.stat().st_size > 10_000
+
+
+def test_run_mpdata_refuses_a_time_step_beyond_cfl():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gridcomm", "run", "mpdata", "--grid", "O8", "--np", "1", "--dt", "1e6"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "violates the CFL condition" in proc.stdout + proc.stderr
+
+
+def test_bench_mpdata_writes_results_with_machine_and_date(tmp_path):
+    out = gridcomm(
+        "bench", "mpdata", "--np", "2", "--grids", "O8", "--levels", "1,2", "--steps", "3", "--out", str(tmp_path)
+    )
+    assert "MPDATA step on 2 rank(s)" in out
+    (path,) = tmp_path.glob("mpdata-cpu-2r-*.json")
+    payload = json.loads(path.read_text())
+    assert payload["machine"]["ranks"] == 2 and payload["machine"]["date"] and payload["machine"]["versions"]["mpi"]
+    assert [r["levels"] for r in payload["results"]] == [1, 2]
+    assert all(r["median_s"] > 0 and r["owned_per_rank"] == [r["nodes"] // 2] * 2 for r in payload["results"])
