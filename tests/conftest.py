@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
+from gridcomm import launch
 
 TESTS = Path(__file__).resolve().parent
 PROGRAMS = TESTS / "mpi_programs"
@@ -27,11 +28,11 @@ RANK_TIMEOUT_S = 30
 
 
 def find_mpiexec() -> str | None:
-    """The mpiexec beside this Python (the venv's, from the ``mpich`` wheel), else the one on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("mpiexec")
+    """The mpiexec that matches mpi4py (gridcomm.launch.find_mpiexec: the venv's, GRIDCOMM_MPIEXEC, PATH)."""
+    try:
+        return launch.find_mpiexec()
+    except FileNotFoundError:
+        return None
 
 
 MPIEXEC = find_mpiexec()
@@ -102,7 +103,7 @@ def run_mpi(nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str
     }
     full_env.update({"GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S), "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
     full_env.update(env or {})
-    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, *argv]
+    cmd = launch.mpiexec_command(nranks, [sys.executable, *argv], MPIEXEC)  # Open MPI needs --oversubscribe
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=TESTS.parent,
         start_new_session=True,

@@ -61,3 +61,18 @@ def test_bench_mpdata_writes_results_with_machine_and_date(tmp_path):
     assert payload["machine"]["ranks"] == 2 and payload["machine"]["date"] and payload["machine"]["versions"]["mpi"]
     assert [r["levels"] for r in payload["results"]] == [1, 2]
     assert all(r["median_s"] > 0 and r["owned_per_rank"] == [r["nodes"] // 2] * 2 for r in payload["results"])
+
+
+def test_bench_stencil2d_and_halo_write_results(tmp_path):
+    out = gridcomm(
+        "bench", "stencil2d", "--np", "2", "--cpu", "--sizes", "16,32", "--samples", "2", "--out", str(tmp_path)
+    )
+    assert "2-D Jacobi step on 2 rank(s)" in out
+    (path,) = tmp_path.glob("stencil2d-cpu-2r-*.json")
+    rows = json.loads(path.read_text())["results"]
+    assert {(r["n"], r["mode"]) for r in rows} == {(n, m) for n in (16, 32) for m in ("traditional", "overlapped")}
+    assert all(r["time_per_step_s"] > 0 and r["no_exchange_s"] > 0 for r in rows)
+    gridcomm("bench", "halo", "--np", "2", "--quick", "--out", str(tmp_path))
+    (halo,) = tmp_path.glob("halo-cpu-2r-*.json")
+    payload = json.loads(halo.read_text())
+    assert payload["machine"]["cpu"] and all(r["floor"]["median_s"] > 0 for r in payload["results"])

@@ -5,11 +5,13 @@ A failing check is reported by name with every rank's traceback (see conftest.ru
 
 from __future__ import annotations
 
+import os
+import re
 import time
 
 import pytest
 
-from conftest import needs_mpiexec
+from conftest import PROGRAMS, needs_mpiexec
 
 pytestmark = [pytest.mark.mpi, needs_mpiexec]
 
@@ -56,3 +58,36 @@ def test_bad_input_on_one_rank_does_not_hang_the_others(mpi_checks, check):
 
 def test_dropped_decompositions_do_not_leak_communicators(mpi_checks):
     mpi_checks("checks_resources", 1, timeout=120)
+
+
+# -- the unstructured decomposition (tests/mpi_programs/checks_unstructured.py) -------------------------------
+
+UNSTRUCTURED_KNOWN_CASE = "check_o4_equal_regions_two_layers_every_transport"
+# Its bad-input checks, found by their prefix so that a new one cannot be left out of the launches below.
+UNSTRUCTURED_BAD_INPUT = tuple(
+    re.findall(r"^def (check_bad_\w+)\(", (PROGRAMS / "checks_unstructured.py").read_text(), flags=re.MULTILINE)
+)
+
+
+def _unstructured_env() -> dict[str, str]:
+    """GRIDCOMM_UNSTRUCTURED_EXAMPLES from this environment (run_mpi passes on no other GRIDCOMM_* variables)."""
+    return {k: v for k, v in os.environ.items() if k == "GRIDCOMM_UNSTRUCTURED_EXAMPLES"}
+
+
+def test_unstructured_exchanges_match_serial_reference(mpi_checks):
+    """6 ranks: hypothesis over random meshes (octahedral median duals, random graphs), sparse or permuted ids,
+    owners, 1-2 layer or random halos, id orders, fields, dtypes, orders and transports, each example on 1..6
+    ranks, bit for bit (about 45 s on 2 cores); then O4 in equal_regions parts over every transport."""
+    start = time.perf_counter()
+    checks = ("check_exchanges_match_serial_reference", UNSTRUCTURED_KNOWN_CASE)
+    mpi_checks("checks_unstructured", 6, timeout=150, checks=checks, env=_unstructured_env())
+    assert time.perf_counter() - start < 120
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_unstructured_bad_input_raises_on_every_rank(mpi_checks, nranks):
+    """Bad ids (twice, owned twice, unowned halo, owned and halo, negative, float, 2-D), gather without ids
+    0..N-1 and fields of the wrong length: the right error on every rank; and the known O4 case on this many
+    ranks. A rank that raises alone leaves its peers blocked in a collective: the short limit catches that."""
+    assert len(UNSTRUCTURED_BAD_INPUT) >= 9, UNSTRUCTURED_BAD_INPUT
+    mpi_checks("checks_unstructured", nranks, timeout=60, checks=(*UNSTRUCTURED_BAD_INPUT, UNSTRUCTURED_KNOWN_CASE))

@@ -12,6 +12,7 @@ from .errors import (
     TransportError,
 )
 from .exchange import ExchangeHandle, HaloExchanger
+from .gpu import use_local_gpu
 from .pattern import Box, Pattern, PeerPlan, Rows
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "TransportError",
     "UnstructuredDecomposition",
     "__version__",
+    "use_local_gpu",
 ]

@@ -60,7 +60,8 @@ def mpi_library_version() -> str:
     """The first line of MPI_Get_library_version (e.g. 'MPICH Version: 4.2.0')."""
     from mpi4py import MPI
 
-    return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+    text = MPI.Get_library_version().replace("\x00", " ")  # Open MPI's ends in a NUL byte
+    return " ".join(text.strip().splitlines()[0].split())
 
 
 def _check_launcher_matches(world_size: int) -> None:

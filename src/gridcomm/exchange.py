@@ -8,7 +8,7 @@ import numpy as np
 
 from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
 from .comm import Communicator
-from .errors import FieldError, GridcommError, PatternError
+from .errors import FieldError, GridcommError, PatternError, TransportError
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout
 from .packing.cuda import CudaPacker
 from .pattern import Pattern
@@ -88,34 +88,47 @@ class HaloExchanger:
         specs = self._agree_on_fields()
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
-        # Unstructured patterns never send to their own rank, so local copies are always of boxes.
-        self._local_copies = (
-            [
-                (f[dst.slices], f[src.slices])
-                for f in self.fields
-                for src, dst in zip(self._own.send, self._own.recv, strict=True)
-            ]
-            if self._own
-            else []
-        )
         self.layout = Layout.build(self.pattern, specs)
-        kind = self.transport.packer_kind(self.on_device)
         if self.on_device:
             self._check_device()
-            own = Pattern(full.local_shape, (self._own,), full.trailing_axes) if self._own else None
-            self.packer = CudaPacker(self.layout, self.fields, local=Layout.build(own, specs) if own else None)
-            self._local_copies = []  # packed and unpacked with the rest, in the same launches
-        elif kind == "datatype":
-            self.packer: Any = DatatypePacker(self.layout, self.fields)
-        elif kind == "direct":
-            self.packer = DirectPacker(self.layout, self.fields)
-        else:
-            self.packer = CopyPacker(self.layout, self.fields, self.xp)
+        own = None if self._own is None else Layout.build(Pattern(full.local_shape, (self._own,)), specs)
         self.tag = self.comm.new_tag()
-        self.channel = self.transport.bind(self.comm, self.packer, self.tag)
+        try:
+            self._bind(own)
+        except TransportError:
+            if transport != "auto" or self.transport.name != "ipc":
+                raise
+            # The fields' memory cannot be mapped by CUDA IPC (every rank raised together): the next best.
+            self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
+            self._bind(own)
         self.count = 0
         self._handle = ExchangeHandle(self)
         self._closed = False
+
+    def _bind(self, own: Layout | None) -> None:
+        """Make the packer the transport reads and writes through, and the transport's channel (collective).
+
+        ``own`` is the layout of what this rank sends itself (a periodic wrap over one rank), or None.
+        """
+        kind = self.transport.packer_kind(self.on_device)
+        self._local_copies: list[tuple[Any, Any]] = []
+        if self.on_device:  # the GPU kernels copy what a rank sends itself in the same launch as the rest
+            packer: Any = DirectPacker if kind == "direct" else CudaPacker
+            self.packer = packer(self.layout, self.fields, own)
+        else:
+            if self._own is not None:  # only boxes: unstructured patterns never send to their own rank
+                self._local_copies = [
+                    (f[dst.slices], f[src.slices])
+                    for f in self.fields
+                    for src, dst in zip(self._own.send, self._own.recv, strict=True)
+                ]
+            if kind == "datatype":
+                self.packer = DatatypePacker(self.layout, self.fields)
+            elif kind == "direct":
+                self.packer = DirectPacker(self.layout, self.fields)
+            else:
+                self.packer = CopyPacker(self.layout, self.fields, self.xp)
+        self.channel = self.transport.bind(self.comm, self.packer, self.tag)
 
     def _check_device(self) -> None:
         """Every field must live on this rank's current GPU (one rank per GPU: gridcomm.use_local_gpu)."""
@@ -231,6 +244,11 @@ class HaloExchanger:
             finally:
                 graph = stream.end_capture()
         return graph
+
+    def check(self) -> None:
+        """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
+        stream that replays the graph has been synchronised. Exchanges run with ``wait()`` check themselves."""
+        self.channel.check(f"halo exchange (exchanger tag {self.tag}, replayed graph)")
 
     def exchange(self) -> None:
         """Exchange the halos now: ``start().wait()``."""

@@ -14,6 +14,7 @@ import numpy as np
 from harness import (
     SENTINEL_BYTE,
     TRANSPORTS,
+    HaloExchanger,
     assert_everywhere,
     assert_raises_everywhere,
     cell_bytes,
@@ -26,7 +27,7 @@ from harness import (
 )
 
 import gridcomm
-from gridcomm import CartesianDecomposition, GridcommError, HaloExchanger
+from gridcomm import CartesianDecomposition, GridcommError
 
 
 def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:

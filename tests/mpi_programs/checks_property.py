@@ -4,7 +4,8 @@ Launched on 8 ranks. Rank 0 runs a hypothesis test; each example draws a case (r
 dimensions, shape, halo widths per side, periodicity, process grid, stencil, 1-3 fields with their dtypes
 and orders, transport, ...), broadcasts it, and the first n ranks split off a communicator and run it
 while the others sit the example out. Results are gathered to rank 0, which asserts, so that hypothesis
-can shrink a failure to a small case. The other ranks wait politely (8 ranks share few cores).
+can shrink a failure to a small case (harness.run_property). The other ranks wait politely (8 ranks share few
+cores).
 
 Cases that must fail (a grid too small for its process grid or halo) check that every rank raises
 DecompositionError instead.
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
-import time
 import traceback
 from dataclasses import dataclass
 
@@ -26,25 +25,24 @@ import numpy as np
 from harness import (
     DTYPES,
     TRANSPORT_CHOICES,
+    HaloExchanger,
     cell_bytes,
     describe_mismatch,
     expected_cells,
     local_with_sentinel,
     owned_slices,
-    polite_wait,
     random_global,
+    run_property,
 )
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mpi4py import MPI
 
 import gridcomm
-from gridcomm import CartesianDecomposition, DecompositionError, HaloExchanger
+from gridcomm import CartesianDecomposition, DecompositionError
 from gridcomm.decomp.procgrid import choose_proc_grid
 
 MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "3000"))
 DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
-BUFFER_BYTES = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -229,73 +227,13 @@ def verify_decomposition(sub, d, case: Case, grid, rank: int) -> list[str]:
     return problems
 
 
-# -- protocol: rank 0 draws and broadcasts, everyone runs, rank 0 asserts -----------------------------------
-
-
-def broadcast(comm, case: Case | None) -> Case | None:
-    """Collective, non-blocking underneath: every rank polls with sleeps. None means "no more cases"."""
-    buffer = bytearray(BUFFER_BYTES)
-    if comm.Get_rank() == 0:
-        payload = pickle.dumps(case)
-        assert len(payload) + 4 <= BUFFER_BYTES
-        buffer[:4] = len(payload).to_bytes(4, "little")
-        buffer[4 : 4 + len(payload)] = payload
-    polite_wait(comm.Ibcast([buffer, MPI.BYTE], root=0), timeout=600)
-    size = int.from_bytes(buffer[:4], "little")
-    return pickle.loads(bytes(buffer[4 : 4 + size]))
-
-
-def run_everywhere(comm, case: Case) -> list[tuple[int, list[str]]]:
-    """Every rank: join the example if among its first ranks; rank 0 gets [(rank, problems)] of all."""
-    rank = comm.Get_rank()
-    inside = rank < case.nranks
-    sub = comm.Split(0 if inside else MPI.UNDEFINED, rank)
-    problems: list[str] = []
-    if inside:
-        try:
-            problems = run_case(sub, case)
-        except Exception:
-            problems = [f"unexpected exception:\n{traceback.format_exc()}"]
-        finally:
-            sub.Free()
-    polite_wait(comm.Ibarrier(), timeout=600)
-    everyone = comm.gather(problems, root=0)
-    return [(r, p) for r, p in enumerate(everyone or []) if p]
-
-
 def check_exchanges_match_serial_reference(comm):
-    size = comm.Get_size()
-    if comm.Get_rank() != 0:
-        while (case := broadcast(comm, None)) is not None:
-            run_everywhere(comm, case)
-        return
-
-    start = time.perf_counter()
-    examples = {"ran": 0, "must_raise": 0}
-
-    @settings(
-        max_examples=MAX_EXAMPLES,
-        deadline=None,
+    """The property, through harness.run_property: rank 0 draws, the first case.nranks ranks run, rank 0 asserts."""
+    run_property(
+        comm,
+        cases(comm.Get_size()),
+        run_case,
+        MAX_EXAMPLES,
         derandomize=DERANDOMIZE,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
+        tally={"must raise": lambda case: predicted_grid(case) is None},
     )
-    @given(st.data())
-    def exchange_matches_reference(data):
-        case = data.draw(cases(size), label="case")
-        examples["ran"] += 1
-        examples["must_raise"] += predicted_grid(case) is None
-        broadcast(comm, case)
-        failures = run_everywhere(comm, case)
-        assert not failures, "\n".join(f"rank {r}: " + "\n".join(p) for r, p in failures)
-
-    try:
-        exchange_matches_reference()
-    finally:
-        broadcast(comm, None)
-        print(
-            f"# {examples['ran']} examples ({examples['must_raise']} must raise) in "
-            f"{time.perf_counter() - start:.1f} s",
-            flush=True,
-        )

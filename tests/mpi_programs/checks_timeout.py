@@ -30,11 +30,11 @@ def _right(d, f) -> str | None:
     return None if f.tolist() == expect else f"local array {f.tolist()}, expected {expect}"
 
 
-def _release(comm) -> None:
+def release(comm) -> None:
     comm.send("go", dest=1, tag=RELEASE_TAG)
 
 
-def _await_release(comm) -> None:
+def await_release(comm) -> None:
     request = comm.irecv(source=0, tag=RELEASE_TAG)
     start = time.monotonic()
     while not request.test()[0]:
@@ -43,7 +43,7 @@ def _await_release(comm) -> None:
         time.sleep(0.001)
 
 
-def _describe_timeout(exc: BaseException, seconds: float) -> list[str]:
+def describe_timeout(exc: BaseException, seconds: float) -> list[str]:
     problems = []
     if not isinstance(exc, GridcommTimeout):
         return [f"wait() raised {type(exc).__name__}: {exc}, expected GridcommTimeout"]
@@ -77,15 +77,15 @@ def check_timeout_names_rank_and_peer_then_completes(comm):
                 handle.wait()
                 problems.append(f"{name}: wait() returned although rank 1 never started the exchange")
             except Exception as exc:
-                problems += [f"{name}: {p}" for p in _describe_timeout(exc, time.perf_counter() - start)]
+                problems += [f"{name}: {p}" for p in describe_timeout(exc, time.perf_counter() - start)]
             finally:
-                _release(comm)
+                release(comm)
             start = time.perf_counter()
             handle.wait()
             if time.perf_counter() - start > 10:
                 problems.append(f"{name}: the second wait() took {time.perf_counter() - start:.1f} s")
         else:
-            _await_release(comm)
+            await_release(comm)
             ex.exchange()
         if p := _right(d, f):
             problems.append(f"{name}: {p}")
@@ -118,11 +118,11 @@ def check_timeout_propagates_out_of_a_with_block(comm):
                     f"GridcommTimeout raised inside it (context: {exc.__context__!r})"
                 )
             finally:
-                _release(comm)
+                release(comm)
             handle.wait()  # completes now that rank 1 takes part
             ex.close()
         else:
-            _await_release(comm)
+            await_release(comm)
             with ex:
                 ex.exchange()
         if p := _right(d, f):

@@ -6,24 +6,109 @@ that a bug there cannot hide a bug in the exchange.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+import gridcomm
 from gridcomm.transports import MpiTransport
 
-# Every correctness check runs over each of these: the four configurations of the MPI transport, and
-# "auto" (whatever gridcomm picks here). The property test also draws "mpi" (the name, default options).
-TRANSPORTS: dict[str, Any] = {
-    "p2p/datatype": MpiTransport(method="p2p", packing="datatype"),
-    "p2p/copy": MpiTransport(method="p2p", packing="copy"),
-    "neighbor/datatype": MpiTransport(method="neighbor", packing="datatype"),
-    "neighbor/copy": MpiTransport(method="neighbor", packing="copy"),
-    "auto": "auto",
-}
-TRANSPORT_CHOICES: dict[str, Any] = {**TRANSPORTS, "mpi": "mpi"}
+# GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
+# tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
+ON_GPU = os.environ.get("GRIDCOMM_CHECK_DEVICE", "") == "gpu"
+
+# Every correctness check runs over each of these. On the host: the four configurations of the MPI
+# transport, cma, and "auto" (whatever gridcomm picks here); the property test also draws "mpi" (the name,
+# default options). On the GPU: every GPU transport usable here (mpi only where MPI is CUDA-aware).
+if ON_GPU:
+    TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
+    if gridcomm.comm.mpi_cuda_aware():
+        TRANSPORTS["mpi"] = "mpi"
+    TRANSPORT_CHOICES: dict[str, Any] = dict(TRANSPORTS)
+else:
+    TRANSPORTS = {
+        "p2p/datatype": MpiTransport(method="p2p", packing="datatype"),
+        "p2p/copy": MpiTransport(method="p2p", packing="copy"),
+        "neighbor/datatype": MpiTransport(method="neighbor", packing="datatype"),
+        "neighbor/copy": MpiTransport(method="neighbor", packing="copy"),
+        "cma": "cma",
+        "auto": "auto",
+    }
+    TRANSPORT_CHOICES = {**TRANSPORTS, "mpi": "mpi"}
+
+
+class _MirroredExchanger:
+    """A HaloExchanger over GPU copies of host fields: each exchange uploads the host arrays, exchanges on
+    the GPU and downloads the result, so that the host-side checks (bytes, sentinels, in-place edits between
+    rounds) test the GPU data path unchanged."""
+
+    def __init__(self, decomposition: Any, fields: Any, transport: Any = "auto", **kwargs: Any) -> None:
+        import cupy
+
+        self._cupy = cupy
+        self._single = not isinstance(fields, list | tuple)
+        self.host = [fields] if self._single else list(fields)
+        self.device = [cupy.array(f, order="F" if _fortran(f) else "C") for f in self.host]
+        self.exchanger = gridcomm.HaloExchanger(
+            decomposition, self.device[0] if self._single else self.device, transport, **kwargs
+        )
+
+    def __getattr__(self, name: str) -> Any:  # layout, transport, timeout, bytes_per_exchange, ...
+        return getattr(self.exchanger, name)
+
+    def _upload(self) -> None:
+        self._uploaded = [h.copy(order="A") for h in self.host]
+        for h, d in zip(self.host, self.device, strict=True):
+            d.set(h)
+
+    def download(self) -> None:
+        """Bring back the cells the exchange changed; the rest keep what the host wrote meanwhile (a check
+        may work on the interior between start() and wait())."""
+        self._cupy.cuda.Device().synchronize()
+        for h, d, before in zip(self.host, self.device, self._uploaded, strict=True):
+            after = d.get(order="A")
+            changed = (cell_bytes(after) != cell_bytes(before)).any(axis=-1)
+            cell_bytes(h)[changed] = cell_bytes(after)[changed]
+
+    def start(self, *args: Any) -> Any:
+        self._upload()
+        return _MirroredHandle(self, self.exchanger.start(*args))
+
+    def exchange(self) -> None:
+        self.start().wait()
+
+    def close(self) -> None:
+        self.exchanger.close()
+
+    def __enter__(self) -> _MirroredExchanger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.exchanger.__exit__(*exc)
+
+
+class _MirroredHandle:
+    def __init__(self, owner: _MirroredExchanger, handle: Any) -> None:
+        self._owner, self._handle = owner, handle
+
+    def wait(self) -> None:
+        self._handle.wait()
+        self._owner.download()
+
+
+def _fortran(a: np.ndarray) -> bool:
+    return a.flags.f_contiguous and not a.flags.c_contiguous
+
+
+def HaloExchanger(decomposition: Any, fields: Any, transport: Any = "auto", **kwargs: Any) -> Any:
+    """gridcomm.HaloExchanger on host fields; on the GPU (ON_GPU) the same over GPU copies of them."""
+    if ON_GPU:
+        return _MirroredExchanger(decomposition, fields, transport, **kwargs)
+    return gridcomm.HaloExchanger(decomposition, fields, transport, **kwargs)
+
 
 DTYPES = (
     "float32", "float64", "int32", "int64", "complex64", "complex128",
@@ -216,3 +301,108 @@ def assert_raises_everywhere(comm: Any, fn: Callable[[], Any], exc_type: type, *
         if missing:
             problem = f"{name} message lacks {missing}: {message}"
     assert_everywhere(comm, problem)
+
+
+# -- property tests over MPI: rank 0 draws and broadcasts, the first n ranks run, rank 0 asserts ------------
+
+
+def broadcast(comm: Any, case: Any) -> Any:
+    """Collective, non-blocking underneath (every rank polls with sleeps, so idle ranks leave the cores to
+    busy ones): rank 0's ``case``, pickled, reaches every rank. None means "no more cases"."""
+    import pickle
+
+    from mpi4py import MPI
+
+    payload = pickle.dumps(case) if comm.Get_rank() == 0 else b""
+    length = np.array([len(payload)], dtype=np.int64)
+    polite_wait(comm.Ibcast([length, MPI.INT64_T], root=0), timeout=600)
+    buffer = bytearray(payload) if comm.Get_rank() == 0 else bytearray(int(length[0]))
+    polite_wait(comm.Ibcast([buffer, MPI.BYTE], root=0), timeout=600)
+    return pickle.loads(bytes(buffer))
+
+
+def run_everywhere(
+    comm: Any, case: Any, nranks: int, run_case: Callable[[Any, Any], list[str]]
+) -> list[tuple[int, list[str]]]:
+    """Every rank: the first ``nranks`` split off a communicator and call ``run_case(sub, case)`` (it returns
+    this rank's problems, empty if none), the others sit the example out. Rank 0 gets [(rank, problems)] of
+    every rank that saw a problem; an exception counts as one."""
+    import traceback
+
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    inside = rank < nranks
+    sub = comm.Split(0 if inside else MPI.UNDEFINED, rank)
+    problems: list[str] = []
+    if inside:
+        try:
+            problems = list(run_case(sub, case))
+        except Exception:
+            problems = [f"unexpected exception:\n{traceback.format_exc()}"]
+        finally:
+            sub.Free()
+    polite_wait(comm.Ibarrier(), timeout=600)
+    everyone = comm.gather(problems, root=0)
+    return [(r, p) for r, p in enumerate(everyone or []) if p]
+
+
+def run_property(
+    comm: Any,
+    strategy: Any,
+    run_case: Callable[[Any, Any], list[str]],
+    max_examples: int,
+    *,
+    derandomize: bool = True,
+    nranks: Callable[[Any], int] = lambda case: case.nranks,
+    tally: Mapping[str, Callable[[Any], bool]] | None = None,
+) -> None:
+    """Collective: a hypothesis property test whose every example runs on several ranks.
+
+    Rank 0 runs the test: each example draws a case from ``strategy`` (a hypothesis strategy), broadcasts it,
+    and the first ``nranks(case)`` ranks of ``comm`` run ``run_case(sub, case)`` on a communicator of their
+    own (the others sit it out). Each rank's problems are gathered to rank 0, which asserts there, so that
+    hypothesis sees the failure and can shrink it to a small case; the other ranks just follow broadcasts
+    until rank 0 sends None. Every rank returns normally except rank 0, which raises the (shrunk) failure.
+
+    ``tally`` names counters printed with the number of examples at the end, e.g. {"must raise": pred}.
+    """
+    if comm.Get_rank() != 0:
+        while (case := broadcast(comm, None)) is not None:
+            run_everywhere(comm, case, nranks(case), run_case)
+        return
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    start = time.perf_counter()
+    tally = dict(tally or {})
+    counts = {"examples": 0, **dict.fromkeys(tally, 0)}
+
+    @settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+    @given(st.data())
+    def property_holds(data: Any) -> None:
+        case = data.draw(strategy, label="case")
+        counts["examples"] += 1
+        for name, predicate in tally.items():
+            counts[name] += bool(predicate(case))
+        broadcast(comm, case)
+        failures = run_everywhere(comm, case, nranks(case), run_case)
+        assert not failures, "\n".join(f"rank {r}: " + "\n".join(p) for r, p in failures)
+
+    try:
+        property_holds()
+    finally:
+        broadcast(comm, None)
+        noted = ", ".join(f"{counts[name]} {name}" for name in tally)
+        print(
+            f"# {counts['examples']} examples{f' ({noted})' if noted else ''} in {time.perf_counter() - start:.1f} s",
+            flush=True,
+        )

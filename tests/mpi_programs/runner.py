@@ -55,6 +55,10 @@ def main() -> int:
     checks = collect(module, sys.argv[2:])
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
+    if os.environ.get("GRIDCOMM_CHECK_DEVICE", "") == "gpu":
+        import gridcomm
+
+        gridcomm.use_local_gpu(world)  # one GPU per rank, before any allocation
     summary = {"module": sys.argv[1], "size": size, "checks": []}
     for name, fn in checks:
         accepts = getattr(fn, "accepts_size", None)

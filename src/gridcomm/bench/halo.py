@@ -68,32 +68,29 @@ def _floor(comm: Communicator, exchanger: HaloExchanger, fresh: bool) -> Callabl
     return run
 
 
-def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]:
-    """Time every variant and both floors for ``case`` (collective); returns one result row."""
-    # Each rank owns n × n columns of all levels: scale the global grid by the horizontal process grid.
+def _decomposition(comm: Communicator, case: HaloCase) -> CartesianDecomposition:
+    """Each rank owns n × n columns of all levels: the global grid scales with the horizontal process grid."""
     halo = ((case.halo, case.halo), (case.halo, case.halo), (0, 0))
     px, py = choose_proc_grid(comm.size, (case.n, case.n), halo[:2], (True, True))
-    decomposition = CartesianDecomposition(
+    return CartesianDecomposition(
         comm,
         (case.n * px, case.n * py, case.levels),
         halo=halo,
         periodic=(True, True, False),
         proc_grid=(px, py, 1),
     )
-    rng = np.random.default_rng(comm.rank)
-    fields = [decomposition.empty(np.float64) for _ in range(case.fields)]
-    for f in fields:
-        f[...] = rng.random(f.shape)
-    timings = {}
-    for i, (name, transport) in enumerate(VARIANTS.items()):
-        with HaloExchanger(decomposition, fields, transport) as exchanger:
-            timings[name] = time_collective(comm.mpi, exchanger.exchange, samples=samples)
-            if i == 0:  # the floors move the same per-peer bytes as the exchanges
-                floor = time_collective(comm.mpi, _floor(comm, exchanger, fresh=False), samples=samples)
-                floor_fresh = time_collective(comm.mpi, _floor(comm, exchanger, fresh=True), samples=samples)
-                message_bytes = [m.nbytes for m in exchanger.layout.sends]
+
+
+def _fields(decomposition: CartesianDecomposition, case: HaloCase, xp: Any) -> list[Any]:
+    rng = np.random.default_rng(decomposition.comm.rank)
+    return [xp.asarray(rng.random(decomposition.local_shape)) for _ in range(case.fields)]
+
+
+def _row(case: HaloCase, decomposition: CartesianDecomposition, exchanger: HaloExchanger) -> dict[str, Any]:
+    """What a result row says about the case and its messages (bytes per peer over all ranks)."""
+    comm = decomposition.comm
+    message_bytes = [m.nbytes for m in exchanger.layout.sends]
     all_bytes = [b for rank_bytes in comm.mpi.allgather(message_bytes) for b in rank_bytes]
-    best = min(timings, key=lambda k: timings[k].median)
     return {
         "n": case.n,
         "fields": case.fields,
@@ -103,6 +100,24 @@ def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]
         "peers_per_rank": len(message_bytes),
         "bytes_per_peer_mean": float(np.mean(all_bytes)) if all_bytes else 0.0,
         "bytes_per_peer_max": int(max(all_bytes, default=0)),
+    }
+
+
+def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]:
+    """Time every variant and both floors for ``case`` (collective, host fields); returns one result row."""
+    decomposition = _decomposition(comm, case)
+    fields = _fields(decomposition, case, np)
+    timings = {}
+    for i, (name, transport) in enumerate(VARIANTS.items()):
+        with HaloExchanger(decomposition, fields, transport) as exchanger:
+            timings[name] = time_collective(comm.mpi, exchanger.exchange, samples=samples)
+            if i == 0:  # the floors move the same per-peer bytes as the exchanges
+                floor = time_collective(comm.mpi, _floor(comm, exchanger, fresh=False), samples=samples)
+                floor_fresh = time_collective(comm.mpi, _floor(comm, exchanger, fresh=True), samples=samples)
+                row = _row(case, decomposition, exchanger)
+    best = min(timings, key=lambda k: timings[k].median)
+    return {
+        **row,
         "floor": floor.as_dict(),
         "floor_fresh": floor_fresh.as_dict(),
         "variants": {k: t.as_dict() for k, t in timings.items()},
@@ -114,3 +129,54 @@ def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]
 
 def cases(sizes: Sequence[int], field_counts: Sequence[int], levels: int, halo: int) -> list[HaloCase]:
     return [HaloCase(n, f, levels, halo) for f in field_counts for n in sizes]
+
+
+def run_gpu_case(
+    comm: Communicator, case: HaloCase, samples: int, transports: Sequence[str], hbm_gbps: float
+) -> dict[str, Any]:
+    """Time every GPU transport for ``case`` (GPU fields; graph replays too where the transport allows),
+    beside NCCL's own grouped send/recv of the same per-peer bytes and the peer-copy ceiling; and the pack
+    and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``."""
+    import cupy
+
+    from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, time_gpu
+
+    decomposition = _decomposition(comm, case)
+    fields = _fields(decomposition, case, cupy)
+    with HaloExchanger(decomposition, fields, "staged") as staged:  # its packer writes local buffers
+        row = _row(case, decomposition, staged)
+        local = staged.packer.local_nbytes  # copied field to field in the pack launch: read and written once
+        packed, unpacked = 2 * (staged.layout.send_nbytes + local), 2 * staged.layout.recv_nbytes
+        pack = time_gpu(comm, staged.packer.pack, samples)
+        unpack = time_gpu(comm, staged.packer.unpack, samples)
+        peers = [m.peer for m in staged.layout.sends]
+    timings: dict[str, Any] = {}
+    for name in transports:
+        with HaloExchanger(decomposition, fields, name) as exchanger:
+            timings[name] = time_gpu(comm, exchanger.exchange, samples)
+            if exchanger.transport.graph_capturable:
+                graph, stream = exchanger.capture(), cupy.cuda.get_current_stream()
+                timings[f"{name} graph"] = time_gpu(comm, lambda g=graph, s=stream: g.launch(s), samples)
+    largest = int(comm.mpi.allreduce(row["bytes_per_peer_max"], op=_max()))
+    if largest:
+        timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, row["bytes_per_peer_max"], peers), samples)
+        buffers = PeerBuffers(comm, largest)
+        timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, row["bytes_per_peer_max"], False), samples)
+        buffers.close()
+    exchanges = {k: t for k, t in timings.items() if k not in ("nccl send/recv", "peer copy")}
+    best = min(exchanges, key=lambda k: exchanges[k].median)
+    return {
+        **row,
+        "times": {k: t.as_dict() for k, t in timings.items()},
+        "best": best,
+        "best_over_nccl": exchanges[best].median / timings["nccl send/recv"].median if largest else None,
+        "pack_GBps": packed / pack.median / 1e9,
+        "unpack_GBps": unpacked / unpack.median / 1e9,
+        "hbm_copy_GBps": hbm_gbps,
+    }
+
+
+def _max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX

@@ -28,27 +28,33 @@ class Timing:
 
 
 def time_collective(
-    mpi_comm: Any, run: Callable[[], Any], *, samples: int = 7, min_sample_s: float = 0.02, warmup: int = 3
+    mpi_comm: Any,
+    run: Callable[[], Any],
+    *,
+    samples: int = 7,
+    min_sample_s: float = 0.02,
+    warmup: int = 3,
+    finish: Callable[[], Any] | None = None,
 ) -> Timing:
     """Time ``run()`` on every rank of ``mpi_comm``.
 
     Batches are sized (the same on every rank) so that one batch lasts at least ``min_sample_s``; each
-    sample starts after a barrier and is the slowest rank's time per call.
+    sample starts after a barrier and is the slowest rank's time per call. ``finish()`` ends each batch
+    before the clock is read (for GPU work: synchronise the device).
     """
     from mpi4py import MPI
 
-    for _ in range(warmup):
-        run()
-    mpi_comm.Barrier()
-    start = time.perf_counter()
-    run()
-    once = mpi_comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-    calls = max(1, min(10_000, int(min_sample_s / max(once, 1e-7))))
-    per_call = []
-    for _ in range(samples):
+    def batch(calls: int) -> float:
         mpi_comm.Barrier()
         start = time.perf_counter()
         for _ in range(calls):
             run()
-        per_call.append(mpi_comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX))
+        if finish is not None:
+            finish()
+        return mpi_comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX)
+
+    batch(warmup)
+    once = batch(1)
+    calls = max(1, min(10_000, int(min_sample_s / max(once, 1e-7))))
+    per_call = [batch(calls) for _ in range(samples)]
     return Timing(statistics.median(per_call), min(per_call), samples, calls)

@@ -22,7 +22,7 @@ def _group() -> None:
 
 
 #: What ``gridcomm run`` accepts in place of a command.
-APPS = ("mpdata",)
+APPS = ("mpdata", "stencil2d")
 
 
 @apps_app.command("mpdata")
@@ -85,3 +85,63 @@ def mpdata(
         ok = abs(r["mass_rel_change"]) < 1e-12 and math.isfinite(r["l2"])
         console.print("OK" if ok else "[red]mass not conserved or the solution is not finite")
     comm.close()
+
+
+@apps_app.command("stencil2d")
+def stencil2d(
+    n: Annotated[int, typer.Option(help="Points per side of each rank's block (global grid: n px x n py).")] = 512,
+    steps: Annotated[int, typer.Option(help="Jacobi steps to run.")] = 100,
+    mode: Annotated[
+        str, typer.Option(help="traditional (exchange, then compute), overlapped, or graph (GPU: CUDA graphs).")
+    ] = "traditional",
+    dtype: Annotated[str, typer.Option(help="float64 or float32.")] = "float64",
+    gpu: Annotated[
+        bool | None,
+        typer.Option("--gpu/--cpu", help="Run on the GPU (CuPy) or the CPU (NumPy).", show_default="GPU if found"),
+    ] = None,
+    transport: Annotated[str, typer.Option(help="Halo transport: auto, or one of `gridcomm info`'s.")] = "auto",
+    halo: Annotated[int, typer.Option(help="Ghost width exchanged each step (the stencil needs 1).")] = 1,
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Compare bit for bit with a serial run.")] = True,
+) -> None:
+    """The 2-D Jacobi dwarf (five-point stencil, fixed outer boundary) of the NVSHMEM stencil study."""
+    from ..apps.stencil2d import run_stencil2d
+    from ..apps.stencil2d.config import check_dtype, check_mode
+    from ..comm import Communicator
+    from ..gpu import gpu_count
+
+    on_gpu = gpu_count() > 0 if gpu is None else gpu
+    check_mode(mode, on_gpu)
+    check_dtype(dtype)
+    comm = Communicator()
+    say = comm.rank == 0
+    with progress(say) as bar:
+        task = bar.add_task("Jacobi steps", total=steps)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done)
+
+        r = run_stencil2d(
+            comm, n, steps, mode, "cupy" if on_gpu else "numpy", dtype=dtype, transport=transport, halo=halo,
+            check=check, progress=advance,
+        )  # fmt: skip
+    if say:
+        gx, gy = r["global_shape"]
+        px, py = r["proc_grid"]
+        console.print(
+            f"2-D Jacobi, {gx} x {gy} points on {r['ranks']} rank(s) ({px} x {py}, {n} x {n} each, halo {r['halo']}), "
+            f"{r['steps']} steps, mode {r['mode']}, {r['device'].upper()} {r['dtype']}, transport {r['transport']}"
+        )
+        rate = r["point_updates_per_s"]
+        rows = [
+            ["time per step (slowest rank)", f"{r['time_per_step_s'] * 1e6:.1f} µs"],
+            ["point updates per second", f"{rate / 1e6:.1f} M" if rate else "-"],
+            ["bytes sent per step (busiest rank)", f"{r['bytes_per_step']}"],
+        ]
+        if r["checked"]:
+            rows.append(["max |result - serial run|", f"{r['max_abs_diff']:.3e}"])
+        console.print(table("result", ["", ""], rows))
+        if r["checked"]:
+            console.print("OK" if r["bitwise_equal"] else "[red]MISMATCH: the result differs from the serial run")
+    comm.close()
+    if r["checked"] and not r["bitwise_equal"]:
+        raise typer.Exit(1)

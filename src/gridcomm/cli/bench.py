@@ -17,10 +17,22 @@ OutOption = Annotated[Path, typer.Option(help="Folder for the JSON results and P
 SamplesOption = Annotated[int, typer.Option(help="Timed samples per figure (median reported).")]
 
 
+GpuOption = Annotated[bool, typer.Option("--gpu/--cpu", help="Fields on the GPUs (one per rank) or on the host.")]
+
+
+def _gpu_transports(comm: Any) -> list[str]:
+    """The GPU transports usable here, in the order the tables show them."""
+    from .. import transports
+
+    reasons = transports.available(comm, on_device=True)
+    return [n for n in ("staged", "mpi", "nccl", "ipc") if reasons.get(n) is None]
+
+
 @bench_app.command("halo")
 def bench_halo(
     nprocs: NpOption = 2,
-    sizes: Annotated[str, typer.Option(help="Horizontal points per rank side, comma-separated.")] = "8,16,32,64,128",
+    gpu: GpuOption = False,
+    sizes: Annotated[str | None, typer.Option(help="Horizontal points per rank side, comma-separated.")] = None,
     fields: Annotated[str, typer.Option(help="Field counts, comma-separated.")] = "1,4,16",
     levels: Annotated[int, typer.Option(help="Vertical levels (the contiguous dimension).")] = 60,
     halo: Annotated[int, typer.Option(help="Halo width in both horizontal dimensions.")] = 3,
@@ -28,26 +40,42 @@ def bench_halo(
     quick: Annotated[bool, typer.Option(help="Two sizes, one field count, 3 samples: a smoke run.")] = False,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
-    """Time per halo exchange against message size and field count, beside bare MPI (the floor)."""
+    """Time per halo exchange against message size and field count, beside its floors measured in the same
+    run: bare MPI on the host; NCCL's own send/recv, the peer-copy and HBM ceilings on the GPU."""
     ranks_or_relaunch(nprocs)
-    from ..bench.halo import cases, run_case
+    from ..bench.halo import cases, run_case, run_gpu_case
     from ..bench.machine import machine_info
-    from ..bench.results import plot_halo, write_results
+    from ..bench.results import plot_halo, plot_halo_gpu, write_results
     from ..comm import Communicator
 
-    size_list = [8, 32] if quick else int_list(sizes, "--sizes")
+    default_sizes = "16,32,64,128,256,512" if gpu else "8,16,32,64,128"
+    size_list = [8, 32] if quick else int_list(sizes or default_sizes, "--sizes")
     field_list = [2] if quick else int_list(fields, "--fields")
     samples = 3 if quick else samples
     comm = Communicator()
+    if gpu:
+        from ..bench.ceilings import hbm_copy_gbps
+        from ..gpu import use_local_gpu
+
+        use_local_gpu(comm)
+        names, hbm = _gpu_transports(comm), hbm_copy_gbps(comm)
+
+        def run(case: Any) -> dict[str, Any]:
+            return run_gpu_case(comm, case, samples, names, hbm)
+    else:
+
+        def run(case: Any) -> dict[str, Any]:
+            return run_case(comm, case, samples)
+
     todo = cases(size_list, field_list, levels, halo)
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("halo exchange cases", total=len(todo))
         for case in todo:
-            rows.append(run_case(comm, case, samples))
+            rows.append(run(case))
             bar.advance(task)
     if comm.rank == 0:
-        machine = machine_info(comm.size)
+        machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
         config = {
             "sizes": size_list,
             "fields": field_list,
@@ -57,8 +85,9 @@ def bench_halo(
             "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil",
         }
         path = write_results(out, "halo", machine, config, rows)
-        png = plot_halo({"machine": machine, "results": rows}, path.with_suffix(".png"))
-        console.print(_halo_table(rows))
+        payload = {"machine": machine, "results": rows}
+        png = (plot_halo_gpu if gpu else plot_halo)(payload, path.with_suffix(".png"))
+        console.print(_halo_gpu_table(rows) if gpu else _halo_table(rows))
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
 
@@ -83,6 +112,157 @@ def _halo_table(rows: list[dict[str, Any]]) -> Any:
         )
     columns = ["n×n", "fields", "KiB/peer", *names, "floor", "floor fresh", "best/floor", "best/fresh"]
     return table("time per halo exchange [µs] (median; slowest rank)", columns, body)
+
+
+def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
+    names = list(rows[0]["times"])
+    body = []
+    for r in rows:
+        times = {n: f"{r['times'][n]['median_s'] * 1e6:.1f}" for n in names if n in r["times"]}
+        cells = [f"[bold]{t}[/]" if n == r["best"] else t for n, t in times.items()]
+        ratio = r["best_over_nccl"]
+        body.append(
+            [
+                f"{r['n']}²",
+                str(r["fields"]),
+                f"{r['bytes_per_peer_mean'] / 1024:.0f}",
+                *cells,
+                "-" if ratio is None else f"{ratio:.2f}x",
+                f"{r['pack_GBps']:.0f} / {r['unpack_GBps']:.0f}",
+                f"{r['hbm_copy_GBps']:.0f}",
+            ]
+        )
+    columns = ["n×n", "fields", "KiB/peer", *names, "best/nccl", "pack/unpack GB/s", "HBM GB/s"]
+    return table("time per halo exchange on the GPU [µs] (median; slowest rank)", columns, body)
+
+
+@bench_app.command("p2p")
+def bench_p2p(
+    nprocs: NpOption = 2,
+    smallest: Annotated[int, typer.Option(help="Smallest message [bytes].")] = 8,
+    largest: Annotated[int, typer.Option(help="Largest message [bytes].")] = 256 << 20,
+    samples: SamplesOption = 7,
+    out: OutOption = Path("benchmarks/results"),
+) -> None:
+    """Latency and bandwidth of each GPU transport between 2 GPUs, beside NCCL and the peer-copy ceiling."""
+    _bench_transfer("p2p", nprocs, smallest, largest, samples, out, exact_ranks=2)
+
+
+@bench_app.command("alltoall")
+def bench_alltoall(
+    nprocs: NpOption = 2,
+    smallest: Annotated[int, typer.Option(help="Smallest block per peer [bytes].")] = 8,
+    largest: Annotated[int, typer.Option(help="Largest block per peer [bytes].")] = 256 << 20,
+    samples: SamplesOption = 7,
+    out: OutOption = Path("benchmarks/results"),
+) -> None:
+    """All-to-all of equal blocks between the GPUs of every rank, per transport, beside NCCL and the ceiling."""
+    _bench_transfer("alltoall", nprocs, smallest, largest, samples, out, exact_ranks=None)
+
+
+def _bench_transfer(
+    kind: str, nprocs: int, smallest: int, largest: int, samples: int, out: Path, exact_ranks: int | None
+) -> None:
+    ranks_or_relaunch(nprocs)
+    from ..bench.machine import machine_info
+    from ..bench.results import plot_transfer, write_results
+    from ..bench.transfer import run_transfer, sizes_between
+    from ..comm import Communicator
+    from ..gpu import use_local_gpu
+
+    comm = Communicator()
+    if exact_ranks is not None and comm.size != exact_ranks:
+        raise typer.BadParameter(
+            f"bench {kind} runs on exactly {exact_ranks} ranks (--np {exact_ranks}), not {comm.size}"
+        )
+    use_local_gpu(comm)
+    sizes = sizes_between(smallest, largest)
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task(f"{kind}: {len(sizes)} sizes", total=None)
+        rows = run_transfer(comm, sizes, _gpu_transports(comm), samples)
+        bar.update(task, completed=1, total=1)
+    if comm.rank == 0:
+        machine = machine_info(comm.size, gpus_used=comm.size)
+        config = {"sizes": sizes, "samples": samples, "ranks": comm.size}
+        path = write_results(out, kind, machine, config, rows)
+        png = plot_transfer({"machine": machine, "results": rows, "benchmark": kind}, path.with_suffix(".png"))
+        names = list(rows[0]["times"])
+        body = [
+            [_bytes(r["bytes_per_peer"])]
+            + [
+                f"{r['times'][n]['median_s'] * 1e6:.1f} µs" if r["bytes_per_peer"] < 1 << 20 else f"{r['GBps'][n]:.0f}"
+                for n in names
+            ]
+            + [f"{r['ceiling_GBps']:.0f}"]
+            for r in rows
+        ]
+        title = f"{kind} on {comm.size} GPUs: time per exchange below 1 MiB, GB/s sent per rank from 1 MiB"
+        console.print(table(title, ["per peer", *names, "ceiling GB/s"], body))
+        console.print(f"results: {path}\nplot:    {png}")
+    comm.close()
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+@bench_app.command("stencil2d")
+def bench_stencil2d(
+    nprocs: NpOption = 2,
+    gpu: Annotated[bool | None, typer.Option("--gpu/--cpu", help="GPU (CuPy) or CPU; default: GPU if found.")] = None,
+    sizes: Annotated[
+        str, typer.Option(help="Points per rank side, comma-separated.")
+    ] = "64,128,256,512,1024,2048,4096,8192",
+    transport: Annotated[str, typer.Option(help="Halo transport: auto, or one of `gridcomm info`'s.")] = "auto",
+    samples: SamplesOption = 7,
+    out: OutOption = Path("benchmarks/results"),
+) -> None:
+    """Time per 2-D Jacobi step for every block size and mode, beside the same step with no exchange and the
+    NVSHMEM seed's traditional and persistent-kernel figures; JSON and a PNG plot."""
+    ranks_or_relaunch(nprocs)
+    from ..apps.stencil2d.config import CPU_MODES
+    from ..bench.machine import machine_info
+    from ..bench.results import write_results
+    from ..bench.stencil2d import benchmark_config, benchmark_stencil2d, plot_stencil2d
+    from ..comm import Communicator
+    from ..gpu import gpu_count, use_local_gpu
+
+    comm = Communicator()
+    on_gpu = gpu_count() > 0 if gpu is None else gpu
+    if on_gpu:
+        use_local_gpu(comm)
+    size_list = int_list(sizes, "--sizes")
+    modes = None if on_gpu and transport != "staged" else list(CPU_MODES)  # graphs need a capturable transport
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task("stencil2d cases", total=None)
+        rows = benchmark_stencil2d(
+            comm, size_list, modes, xp="cupy" if on_gpu else "numpy", transport=transport, samples=samples,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )  # fmt: skip
+    if comm.rank == 0:
+        machine = machine_info(comm.size, gpus_used=comm.size if on_gpu else 0)
+        config = benchmark_config(size_list, sorted({r["mode"] for r in rows}), "float64", transport, samples)
+        path = write_results(out, "stencil2d", machine, config, rows)
+        png = plot_stencil2d({"machine": machine, "config": config, "results": rows}, path.with_suffix(".png"))
+        body = [
+            [
+                str(r["n"]),
+                r["mode"],
+                f"{r['time_per_step_s'] * 1e6:.1f}",
+                f"{r['no_exchange_s'] * 1e6:.1f}",
+                f"{r['over_no_exchange']:.2f}x",
+                "-" if r["seed_traditional_us"] is None else f"{r['seed_traditional_us']:.1f}",
+                "-" if r["seed_persistent_us"] is None else f"{r['seed_persistent_us']:.1f}",
+            ]
+            for r in rows
+        ]
+        columns = ["n", "mode", "step [µs]", "no exchange [µs]", "ratio", "seed trad. [µs]", "seed persistent [µs]"]
+        console.print(table(f"2-D Jacobi step on {comm.size} rank(s), transport {transport}", columns, body))
+        console.print(f"results: {path}\nplot:    {png}")
+    comm.close()
 
 
 @bench_app.command("mpdata")

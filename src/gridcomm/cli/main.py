@@ -137,7 +137,7 @@ def main() -> None:
 
 
 def _rank_prefix() -> str:
-    """"rank r: " in a run of several ranks, else nothing."""
+    """ "rank r: " in a run of several ranks, else nothing."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
         return f"rank {mpi.COMM_WORLD.Get_rank()}: "

@@ -183,15 +183,18 @@ class UnstructuredDecomposition:
         """Collective: on ``root`` an array indexed by global id (ids must be 0..N-1 over all ranks) holding the
         owned rows of every rank; None elsewhere. Device arrays are copied to the host."""
         rows = np.ascontiguousarray(to_host(self.owned(a)))
-        pieces = self.comm.mpi.gather((self.owned_global_ids, rows), root=root)
+        # Every rank checks the ids (unique, so 0..N-1 iff none is >= N), so that all raise, not only root.
+        owned = self.owned_global_ids
+        counts = self.comm.mpi.allgather((len(owned), int(owned.max()) if len(owned) else -1))
+        total, largest = sum(n for n, _ in counts), max(m for _, m in counts)
+        if largest >= total:
+            raise DecompositionError(f"gather needs global ids 0..{total - 1}; id {largest} is larger")
+        pieces = self.comm.mpi.gather((owned, rows), root=root)
         if pieces is None:
             return None
-        total = sum(len(ids) for ids, _ in pieces)
         result = np.empty((total, *rows.shape[1:]), dtype=rows.dtype)
         seen = np.zeros(total, dtype=bool)
         for ids, values in pieces:
-            if len(ids) and ids.max() >= total:
-                raise DecompositionError(f"gather needs global ids 0..{total - 1}; id {int(ids.max())} is larger")
             result[ids] = values
             seen[ids] = True
         return result

@@ -1,8 +1,9 @@
-"""Packing on the GPU: every selection of every field for every peer in one kernel launch (kernels/pack.cu).
+"""Moving halos on the GPU: every selection of every field for every peer in one kernel launch.
 
-A descriptor table, built once, lists each segment's field address, message address and run geometry;
-``pack`` and ``unpack`` are one launch each on the exchange's stream. What a rank sends to itself (periodic
-wrap over one rank) is packed into a loopback buffer in the same launch and unpacked with the rest.
+A descriptor table, built once, lists each segment's source and destination run grids (kernels/runs.cuh):
+a field, a message buffer, or a peer's field mapped by CUDA IPC. ``CudaPacker`` packs all messages (and
+copies what a rank sends itself straight from field to field) in one launch and unpacks in another; the
+``ipc`` transport builds its table with the same rows and moves everything in one kernel of its own.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from .geometry import run_grid
+from .geometry import RunGrid, message_grid, paired_grids, run_grid
 from .layout import FieldSpec, Layout, PeerMessage
 
-# Columns of the descriptor table (kept in step with the enum in kernels/pack.cu).
-FIELD, BUFFER, START, STRIDE0, STRIDE1, INDEX, UNIT, UNITS_PER_RUN, N1, UNITS = range(10)
-TABLE_WIDTH = 10
+# Columns of a row of the descriptor table (kept in step with the enum in kernels/runs.cuh).
+SRC, SRC_STRIDE0, SRC_STRIDE1, SRC_INDEX, DST, DST_STRIDE0, DST_STRIDE1, DST_INDEX = range(8)
+UNIT, UNITS_PER_RUN, N1, UNITS = range(8, 12)
+TABLE_WIDTH = 12
 THREADS = 256
 UNITS_PER_BLOCK = THREADS * 8
 
@@ -31,16 +33,19 @@ def kernel_source(name: str) -> str:
 
 
 @functools.cache
-def _copy_kernel() -> Any:
+def kernel(source: str, name: str) -> Any:
+    """Kernel ``name`` of ``packing/kernels/<source>``, compiled once by NVRTC (its includes resolved
+    beside it)."""
     import cupy
 
-    module = cupy.RawModule(code=kernel_source("pack.cu"), options=("-std=c++17",))
-    return module.get_function("gridcomm_copy_segments")
+    folder = resources.files(__package__).joinpath("kernels")
+    module = cupy.RawModule(code=kernel_source(source), options=("-std=c++17", f"-I{folder}"))
+    return module.get_function(name)
 
 
 def device_allocation(nbytes: int) -> Any:
     """A CuPy uint8 array on its own cudaMalloc allocation: pooled memory cannot be exported by CUDA IPC
-    (a handle names a whole allocation), so message buffers are allocated apart from the pool."""
+    on its own (a handle names a whole allocation), so exported buffers are allocated apart from the pool."""
     import cupy
 
     memory = cupy.cuda.Memory(max(nbytes, 1))
@@ -53,126 +58,134 @@ def _unit(*values: int) -> int:
     return next(u for u in (16, 8, 4, 2, 1) if g % u == 0)
 
 
-class SegmentTable:
-    """The descriptor table of one direction (pack or unpack) and its block map, on the device."""
+def address(a: Any) -> int:
+    """The address of an array's first byte: device memory for CuPy, host memory for NumPy."""
+    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
 
-    def __init__(self, rows: list[list[int]], keep: list[Any]) -> None:
+
+class Descriptors:
+    """Descriptor rows under construction, and the index arrays they point at (kept alive), for arrays of
+    module ``xp`` (CuPy for the kernels; NumPy where the tests replay a table on the host)."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self.rows: list[list[int]] = []
+        self.keep: list[Any] = []
+
+    def _index(self, grid: RunGrid) -> int:
+        if grid.index is None:
+            return 0
+        index = self.xp.ascontiguousarray(self.xp.asarray(grid.index, dtype=np.int64))
+        self.keep.append(index)
+        return address(index)
+
+    def add(self, src_base: int, src: RunGrid, dst_base: int, dst: RunGrid) -> None:
+        """Copy the runs of ``src`` (in the array at device address ``src_base``) to those of ``dst``."""
+        if (src.n0, src.n1, src.run_bytes) != (dst.n0, dst.n1, dst.run_bytes):
+            raise ValueError(f"run grids do not pair: {src} and {dst}")
+        a, b = src_base + src.start, dst_base + dst.start
+        strides = []
+        for grid in (src, dst):
+            strides += [grid.stride0] if grid.n0 > 1 else []
+            strides += [grid.stride1] if grid.n1 > 1 or grid.index is not None else []
+        unit = _unit(a, b, src.run_bytes, *strides)
+        units = src.n0 * src.n1 * src.run_bytes // unit
+        if units >= 2**31:
+            raise ValueError(f"a selection of {units} units is too large for one segment (limit 2^31)")
+        row = [0] * TABLE_WIDTH
+        row[SRC], row[SRC_STRIDE0], row[SRC_STRIDE1], row[SRC_INDEX] = a, src.stride0, src.stride1, self._index(src)
+        row[DST], row[DST_STRIDE0], row[DST_STRIDE1], row[DST_INDEX] = b, dst.stride0, dst.stride1, self._index(dst)
+        row[UNIT], row[UNITS_PER_RUN], row[N1], row[UNITS] = unit, src.run_bytes // unit, src.n1, units
+        if units:
+            self.rows.append(row)
+
+    def messages(
+        self, messages: Sequence[PeerMessage], specs: Sequence[FieldSpec], fields: Sequence[Any], base: int, into: bool
+    ) -> None:
+        """Rows between the fields and message buffer ``base`` (device address of byte 0 of the whole buffer):
+        fields into the buffer when ``into`` (pack), else out of it (unpack)."""
+        for message in messages:
+            for seg in message.segments:
+                field = fields[seg.field]
+                grid = run_grid(field.shape, specs[seg.field], seg.selection)
+                packed = message_grid(grid, seg.offset)
+                if into:
+                    self.add(address(field), grid, base, packed)
+                else:
+                    self.add(base, packed, address(field), grid)
+
+    def local(self, local: Layout | None, fields: Sequence[Any]) -> None:
+        """Rows of what a rank sends itself (periodic wrap over one rank): field to field, no buffer."""
+        if local is None:
+            return
+        for send, recv in zip(local.sends, local.recvs, strict=True):
+            for s, r in zip(send.segments, recv.segments, strict=True):
+                field, spec = fields[s.field], local.fields[s.field]
+                src, dst = paired_grids(field.shape, s.selection, field.shape, r.selection, spec)
+                self.add(address(field), src, address(field), dst)
+
+
+class SegmentTable:
+    """A descriptor table and its block map on the device: block b copies units
+    [block_first[b], block_first[b] + UNITS_PER_BLOCK) of segment block_segment[b]."""
+
+    def __init__(self, rows: Descriptors) -> None:
         import cupy
 
-        self._keep = keep  # device index arrays the table points at
-        table = np.array(rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
+        self._keep = rows.keep
+        table = np.array(rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
         blocks = [(s, first) for s, row in enumerate(table) for first in range(0, int(row[UNITS]), UNITS_PER_BLOCK)]
         self.blocks = len(blocks)
         self.table = cupy.asarray(table)
-        self.block_segment = cupy.asarray(np.array([s for s, _ in blocks], dtype=np.int32))
-        self.block_first = cupy.asarray(np.array([f for _, f in blocks], dtype=np.int64))
+        self.block_segment = cupy.asarray(np.array([s for s, _ in blocks] or [0], dtype=np.int32))
+        self.block_first = cupy.asarray(np.array([f for _, f in blocks] or [0], dtype=np.int64))
 
-    def launch(self, unpack: bool, stream: Any) -> None:
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The table's kernel arguments (runs.cuh's copy_block)."""
+        return (self.table, self.block_segment, self.block_first, np.int32(UNITS_PER_BLOCK))
+
+    def copy(self, stream: Any) -> None:
+        """Enqueue the copy of every row on ``stream`` (None: the current stream)."""
         if self.blocks:
-            _copy_kernel()(
-                (self.blocks,),
-                (THREADS,),
-                (self.table, self.block_segment, self.block_first, np.int32(UNITS_PER_BLOCK), np.int32(unpack)),
-                stream=stream,
-            )
-
-
-def segment_rows(
-    messages: Sequence[PeerMessage], specs: Sequence[FieldSpec], fields: Sequence[Any], buffer_addresses: Sequence[int]
-) -> tuple[list[list[int]], list[Any]]:
-    """Descriptor rows of ``messages``; message i's bytes start at device address ``buffer_addresses[i]``.
-
-    Returns the rows and the device index arrays they point at (to be kept alive).
-    """
-    import cupy
-
-    rows, keep = [], []
-    for message, address in zip(messages, buffer_addresses, strict=True):
-        for seg in message.segments:
-            field = fields[seg.field]
-            grid = run_grid(field.shape, specs[seg.field], seg.selection)
-            base, target = field.data.ptr + grid.start, address + seg.offset - message.offset
-            strides = [
-                s for s, n in ((grid.stride0, grid.n0), (grid.stride1, grid.n1)) if n > 1 or grid.index is not None
-            ]
-            unit = _unit(base, target, grid.run_bytes, *strides)
-            units = grid.n0 * grid.n1 * grid.run_bytes // unit
-            if units >= 2**31:
-                raise ValueError(f"a selection of {units} units is too large for one segment (limit 2^31)")
-            index = 0
-            if grid.index is not None:
-                device_index = cupy.asarray(grid.index)
-                keep.append(device_index)
-                index = device_index.data.ptr
-            row = [0] * TABLE_WIDTH
-            row[FIELD], row[BUFFER], row[START] = field.data.ptr, target, grid.start
-            row[STRIDE0], row[STRIDE1], row[INDEX] = grid.stride0, grid.stride1, index
-            row[UNIT], row[UNITS_PER_RUN], row[N1], row[UNITS] = unit, grid.run_bytes // unit, grid.n1, units
-            rows.append(row)
-    return rows, keep
+            kernel("pack.cu", "gridcomm_copy_runs")((self.blocks,), (THREADS,), self.args, stream=stream)
 
 
 class CudaPacker:
-    """Packs all fields for all peers into one device send buffer in one launch, and unpacks likewise.
+    """Packs all fields for all peers into one device send buffer in one launch, and unpacks likewise;
+    what a rank sends itself is copied field to field in the pack launch.
 
     Args:
         layout: the byte layout of the messages to other ranks.
         fields: CuPy arrays in the layout's field order.
         local: the layout of what this rank sends itself (a one-peer Layout), or None.
-        send_targets: device address for each send message to write into instead of the local send buffer
-            (e.g. the peer's receive buffer mapped by CUDA IPC), or None.
     """
 
     copies_data = True
-    handles_local = True
 
-    def __init__(
-        self,
-        layout: Layout,
-        fields: Sequence[Any],
-        local: Layout | None = None,
-        send_targets: Sequence[int] | None = None,
-    ) -> None:
+    def __init__(self, layout: Layout, fields: Sequence[Any], local: Layout | None = None) -> None:
         import cupy
 
         self.xp = cupy
         self.layout = layout
         self.send_buffer = device_allocation(layout.send_nbytes)
         self.recv_buffer = device_allocation(layout.recv_nbytes)
-        self._fields, self._local = fields, local
-        self.loopback = device_allocation(local.send_nbytes if local is not None else 0)
-        recv_base = self.recv_buffer.data.ptr
-        rows, keep = segment_rows(layout.recvs, layout.fields, fields, [recv_base + m.offset for m in layout.recvs])
-        rows += self._local_rows(local.recvs if local is not None else (), keep)
-        self._unpack = SegmentTable(rows, keep)
-        self.write_sends_to(send_targets)
+        self.local_nbytes = local.send_nbytes if local is not None else 0
+        pack = Descriptors(cupy)
+        pack.messages(layout.sends, layout.fields, fields, self.send_buffer.data.ptr, into=True)
+        pack.local(local, fields)
+        unpack = Descriptors(cupy)
+        unpack.messages(layout.recvs, layout.fields, fields, self.recv_buffer.data.ptr, into=False)
+        self._pack, self._unpack = SegmentTable(pack), SegmentTable(unpack)
         self.stream: Any = None
-
-    def _local_rows(self, messages: Sequence[PeerMessage], keep: list[Any]) -> list[list[int]]:
-        """Rows of what this rank sends itself: packed into and unpacked from the loopback buffer."""
-        if not messages:
-            return []
-        loop = [self.loopback.data.ptr + m.offset for m in messages]
-        rows, more = segment_rows(messages, self._local.fields, self._fields, loop)
-        keep += more
-        return rows
-
-    def write_sends_to(self, targets: Sequence[int] | None = None) -> None:
-        """Make the pack launch write send message i to device address ``targets[i]`` (e.g. the peer's
-        receive buffer mapped by CUDA IPC); None: this packer's own send buffer."""
-        layout, base = self.layout, self.send_buffer.data.ptr
-        targets = list(targets) if targets is not None else [base + m.offset for m in layout.sends]
-        rows, keep = segment_rows(layout.sends, layout.fields, self._fields, targets)
-        rows += self._local_rows(self._local.sends if self._local is not None else (), keep)
-        self._pack = SegmentTable(rows, keep)
 
     def pack(self) -> None:
         """Enqueue the pack launch on ``self.stream`` (None: the current stream)."""
-        self._pack.launch(False, self.stream)
+        self._pack.copy(self.stream)
 
     def unpack(self) -> None:
         """Enqueue the unpack launch on ``self.stream``."""
-        self._unpack.launch(True, self.stream)
+        self._unpack.copy(self.stream)
 
     def send_message(self, index: int) -> Any:
         m = self.layout.sends[index]

@@ -20,14 +20,15 @@ class DirectPacker:
 
     copies_data = False
 
-    def __init__(self, layout: Layout, fields: Sequence[Any]) -> None:
+    def __init__(self, layout: Layout, fields: Sequence[Any], local: Layout | None = None) -> None:
         self.layout = layout
-        self._fields = fields
+        self.fields = fields
+        self.local = local  # what this rank sends itself, for transports that copy it too (ipc)
 
     def _runs(self, message: PeerMessage) -> np.ndarray:
         pieces = []
         for seg in message.segments:
-            field = self._fields[seg.field]
+            field = self.fields[seg.field]
             grid = run_grid(field.shape, self.layout.fields[seg.field], seg.selection)
             offsets = grid.offsets() + field.__array_interface__["data"][0]
             pieces.append(np.stack([offsets, np.full_like(offsets, grid.run_bytes)], axis=1))
@@ -48,4 +49,4 @@ class DirectPacker:
         """Nothing to do: the transport writes the fields."""
 
     def close(self) -> None:
-        self._fields = ()
+        self.fields = ()

@@ -40,17 +40,35 @@ class RunGrid:
         return (self.start + outer[:, None] * self.stride0 + inner[None, :] * self.stride1).ravel()
 
 
-def _box_grid(shape: Sequence[int], itemsize: int, order: str, box: Box) -> RunGrid:
+def _c_view(shape: Sequence[int], order: str, box: Box) -> tuple[list[int], list[int], list[int]]:
+    """(shape, start, extent) of ``box`` with the axes in C order (a Fortran array is the C array of the
+    reversed axes)."""
     shape, start, extent = list(shape), list(box.start), list(box.shape)
-    if order == "F":  # a Fortran array is the C array of the reversed axes
+    if order == "F":
         shape, start, extent = shape[::-1], start[::-1], extent[::-1]
-    strides = [math.prod(shape[k + 1 :]) * itemsize for k in range(len(shape))]
-    # The run grows outward from the last axis while the axes inside it span the whole array.
+    return shape, start, extent
+
+
+def _natural_inner(shape: Sequence[int], extent: Sequence[int]) -> int:
+    """The outermost axis of the longest run: runs grow outward from the last axis while the axes inside
+    them span the whole array."""
     inner = len(shape) - 1
     while inner > 0 and extent[inner] == shape[inner]:
         inner -= 1
+    return inner
+
+
+def _box_grid(shape: Sequence[int], itemsize: int, order: str, box: Box, inner: int | None = None) -> RunGrid:
+    """The runs of ``box``; ``inner`` (at least the natural one) cuts them at a finer axis, so that two
+    arrays of different shapes can describe the same box with runs of the same length."""
+    shape, start, extent = _c_view(shape, order, box)
+    natural = _natural_inner(shape, extent)
+    inner = natural if inner is None else inner
+    if inner < natural:
+        raise ValueError(f"runs cut at axis {inner} are not contiguous (axis {natural} is the outermost)")
     if inner > 2:
         raise ValueError(f"a box of a {len(shape)}-D array leaves more than 2 outer axes")
+    strides = [math.prod(shape[k + 1 :]) * itemsize for k in range(len(shape))]
     run_bytes = math.prod(extent[inner:]) * itemsize
     offset = sum(a * s for a, s in zip(start, strides, strict=True))
     outer = [(extent[k], strides[k]) for k in range(inner)]  # at most two axes outside the run
@@ -73,3 +91,30 @@ def run_grid(shape: Sequence[int], spec: FieldSpec, sel: Selection) -> RunGrid:
     if isinstance(sel, Rows):
         return _rows_grid(shape[0], spec, sel)
     return _box_grid(shape, spec.dtype.itemsize, spec.order, sel)
+
+
+def message_grid(like: RunGrid, offset: int) -> RunGrid:
+    """The runs of ``like`` as they lie one after the other in a message, from byte ``offset``."""
+    return RunGrid(offset, like.n0, like.n1, like.n1 * like.run_bytes, like.run_bytes, like.run_bytes)
+
+
+def paired_grids(
+    src_shape: Sequence[int], src: Selection, dst_shape: Sequence[int], dst: Selection, spec: FieldSpec
+) -> tuple[RunGrid, RunGrid]:
+    """Run grids of the same selection in two arrays of possibly different shapes (sender and receiver),
+    cut into runs of the same length so that run (i0, i1) of one is copied to run (i0, i1) of the other."""
+    if isinstance(src, Rows) != isinstance(dst, Rows) or src.size != dst.size:
+        raise ValueError(f"selections of different kinds or sizes cannot be paired: {src} and {dst}")
+    if isinstance(src, Rows):
+        return _rows_grid(src_shape[0], spec, src), _rows_grid(dst_shape[0], spec, dst)
+    if src.shape != dst.shape:
+        raise ValueError(f"boxes of different extents cannot be paired: {src.shape} and {dst.shape}")
+    inner = max(
+        _natural_inner(*_c_view(src_shape, spec.order, src)[::2]),
+        _natural_inner(*_c_view(dst_shape, spec.order, dst)[::2]),
+    )
+    itemsize = spec.dtype.itemsize
+    return (
+        _box_grid(src_shape, itemsize, spec.order, src, inner),
+        _box_grid(dst_shape, itemsize, spec.order, dst, inner),
+    )

@@ -44,16 +44,17 @@ def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
     return {name: cls().unusable_reason(comm, on_device) for name, cls in sorted(_REGISTRY.items())}
 
 
-def choose(transport: str | Transport, comm: Communicator, on_device: bool) -> Transport:
+def choose(transport: str | Transport, comm: Communicator, on_device: bool, exclude: tuple[str, ...] = ()) -> Transport:
     """The transport for ``transport`` (a name, ``"auto"``, or a configured Transport), checked usable here.
 
-    ``"auto"`` takes the first usable transport in order of preference for where the fields live.
+    ``"auto"`` takes the first usable transport in order of preference for where the fields live, leaving
+    out the names in ``exclude``.
     """
     if isinstance(transport, Transport):
         chosen = transport
     elif transport == "auto":
         reasons = available(comm, on_device)
-        usable = [name for name in _preference(on_device) if reasons.get(name) is None]
+        usable = [name for name in _preference(on_device) if reasons.get(name) is None and name not in exclude]
         if not usable:
             detail = "; ".join(f"{name}: {why}" for name, why in reasons.items())
             raise TransportError(f"no transport can move these fields here ({detail})")

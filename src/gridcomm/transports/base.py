@@ -44,6 +44,16 @@ def poll_until(done: Callable[[], bool], timeout: float, on_timeout: Callable[[f
             time.sleep(_SLEEP_S)
 
 
+def wait_on_stream(stream: Any, event: Any, timeout: float, on_timeout: Callable[[float], Exception]) -> None:
+    """Record ``event`` on ``stream`` and wait on the host until the GPU has reached it, or raise
+    ``on_timeout(elapsed)``; nothing while ``stream`` is being captured into a CUDA graph (the graph's
+    replays are waited for by whoever launches them)."""
+    if stream.is_capturing():
+        return
+    event.record(stream)
+    poll_until(lambda: event.done, timeout, on_timeout)
+
+
 class Channel(ABC):
     """One exchange's messages, bound to a transport: started and completed once per exchange.
 
@@ -65,6 +75,9 @@ class Channel(ABC):
 
     def finish(self, stream: Any = None) -> None:  # noqa: B027 (optional hook)
         """After the unpack is enqueued: tell the senders their data has been consumed (if the transport must)."""
+
+    def check(self, operation: str) -> None:  # noqa: B027 (optional hook)
+        """Raise GridcommTimeout if a wait that ran on the GPU (e.g. in a replayed CUDA graph) gave up."""
 
     @abstractmethod
     def close(self) -> None:

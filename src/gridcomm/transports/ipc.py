@@ -1,19 +1,19 @@
-"""Transport ``ipc``: within a node, one kernel packs every field straight into the peers' receive buffers.
+"""Transport ``ipc``: within a node, one kernel per exchange writes every halo straight into the peers' fields.
 
-Each rank's receive buffer and flag array (kernels/signal.cu) are mapped once into every peer with CUDA IPC.
-Per exchange, on the exchange's stream and with no host involvement:
-
-1. wait until every destination has unpacked this rank's previous message (flags written by them);
-2. the pack launch writes every segment for every peer into that peer's receive buffer over NVLink;
-3. set "ready" in each destination's flags; 4. wait for "ready" from every source;
-5. unpack (the exchanger's launch); 6. set "consumed" in each source's flags.
+Each rank's fields and a small flag array are mapped once into its peers with CUDA IPC. Per exchange, one
+launch of ``gridcomm_ipc_exchange`` (kernels/ipc.cu) on the exchange's stream: tell the sources that this
+rank's halos may be written, wait until the destinations say the same, copy every selection of every field
+from this rank's interior into the destinations' halos over NVLink (and the periodic wrap into its own),
+then flag the destinations and wait for the sources' flags. No buffers, no pack or unpack, one copy per
+byte, and no host involvement: the exchange can be captured in a CUDA graph.
 
 A wait that outlasts the timeout records the silent peer in host-mapped memory and gives up instead of
-hanging the GPU; the exchanger reports it as a GridcommTimeout.
+hanging the GPU; ``wait()`` reports it as a GridcommTimeout.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -21,25 +21,19 @@ from typing import Any
 import numpy as np
 
 from ..comm import Communicator
-from ..errors import GridcommTimeout
+from ..errors import GridcommTimeout, TransportError
 from ..gpu import all_peers_reachable
-from ..packing.cuda import device_allocation, kernel_source
-from .base import Channel, PackerKind, Transport
+from ..packing.cuda import THREADS, Descriptors, SegmentTable, device_allocation, kernel
+from ..packing.geometry import paired_grids
+from .base import Channel, PackerKind, Transport, wait_on_stream
 
-BEGIN, SIGNAL_READY, WAIT_READY, SIGNAL_CONSUMED = range(4)
-_STEP_NAMES = {BEGIN: "the peer to unpack the previous exchange", WAIT_READY: "the peer's data"}
-
-
-@functools.cache
-def _signal_kernel() -> Any:
-    import cupy
-
-    return cupy.RawModule(code=kernel_source("signal.cu"), options=("-std=c++17",)).get_function("gridcomm_ipc_signal")
+WAIT_CLEAR, WAIT_DATA = 1, 2
+_STEP_NAMES = {WAIT_CLEAR: "the peer to clear its halos for writing", WAIT_DATA: "the peer's halos"}
 
 
 @dataclass(frozen=True)
 class IpcTransport(Transport):
-    """CUDA IPC between the GPUs of one node: fused pack-and-send kernel, GPU-side completion flags."""
+    """CUDA IPC between the GPUs of one node: one kernel writes the halos into the peers' fields."""
 
     name = "ipc"
     graph_capturable = True
@@ -52,57 +46,147 @@ class IpcTransport(Transport):
         return comm.facts["ipc"]
 
     def packer_kind(self, on_device: bool) -> PackerKind:
-        return "copy"
+        return "direct"
 
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
-        return _IpcChannel(comm, packer, tag)
+        return _IpcChannel(comm, packer)
+
+
+@functools.cache
+def _libcuda() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuMemGetAddressRange_v2.argtypes = [
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_uint64,
+    ]
+    return lib
+
+
+def _allocation_base(address: int) -> int:
+    """Start of the cudaMalloc allocation that holds ``address`` (an IPC handle names a whole allocation)."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    status = _libcuda().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), address)
+    if status != 0:
+        raise TransportError(f"cuMemGetAddressRange failed for a field at {address:#x} (CUresult {status})")
+    return base.value
+
+
+class _Mappings:
+    """Peer allocations opened in this process, counted: CUDA lets a process open a handle only once."""
+
+    def __init__(self) -> None:
+        self._open: dict[bytes, list[int]] = {}  # handle -> [address, users]
+
+    def open(self, handle: bytes) -> int:
+        import cupy
+
+        entry = self._open.get(handle)
+        if entry is None:
+            entry = self._open[handle] = [cupy.cuda.runtime.ipcOpenMemHandle(handle), 0]
+        entry[1] += 1
+        return entry[0]
+
+    def close(self, handle: bytes) -> None:
+        import cupy
+
+        entry = self._open[handle]
+        entry[1] -= 1
+        if entry[1] == 0:
+            cupy.cuda.runtime.ipcCloseMemHandle(entry[0])
+            del self._open[handle]
+
+
+_MAPPINGS = _Mappings()
+
+
+def _export(address: int) -> tuple[bytes, int]:
+    """(IPC handle of the allocation holding ``address``, offset of ``address`` in it)."""
+    import cupy
+
+    base = _allocation_base(address)
+    try:
+        return cupy.cuda.runtime.ipcGetMemHandle(base), address - base
+    except cupy.cuda.runtime.CUDARuntimeError as error:
+        raise TransportError(
+            f"a field's memory cannot be shared by CUDA IPC ({error}); allocate fields with cudaMalloc (CuPy's "
+            "default allocator, or torch without expandable segments) or use transport='nccl'"
+        ) from None
 
 
 class _IpcChannel(Channel):
-    def __init__(self, comm: Communicator, packer: Any, tag: int) -> None:
+    def __init__(self, comm: Communicator, packer: Any) -> None:
         import cupy
 
-        runtime = cupy.cuda.runtime
-        layout = packer.layout
-        self._comm, self._packer = comm, packer
-        self._flags = device_allocation(16 * comm.size)  # int64 READY[size] then CONSUMED[size]
+        layout, fields, local = packer.layout, packer.fields, packer.local
+        self._comm = comm
+        self._flags = device_allocation(16 * comm.size)  # int64 CLEAR[size] then DATA[size]
         self._flags.fill(0)
         self._epoch = cupy.zeros(1, dtype=np.int64)
-        self._error_memory = cupy.cuda.alloc_pinned_memory(32)
+        self._finished = cupy.zeros(1, dtype=np.uint32)
+        self._arrived = cupy.cuda.Event(block=False, disable_timing=True)
+        self._error_memory = cupy.cuda.alloc_pinned_memory(32)  # host-mapped: the GPU reports failed waits here
         self._error = np.frombuffer(self._error_memory, dtype=np.int64, count=4)
         self._error[:] = 0
         cupy.cuda.Device().synchronize()
-        # Everyone publishes its receive buffer and flags; each rank maps those of its peers.
-        mine = (runtime.ipcGetMemHandle(packer.recv_buffer.data.ptr), runtime.ipcGetMemHandle(self._flags.data.ptr))
-        handles = comm.mpi.allgather(mine)
-        peers = sorted({m.peer for m in layout.sends} | {m.peer for m in layout.recvs})
-        self._mapped = {p: [runtime.ipcOpenMemHandle(h) for h in handles[p]] for p in peers}
-        # Where each of this rank's messages lands in its destination's receive buffer.
-        offsets = comm.mpi.alltoall([{m.peer: m.offset for m in layout.recvs}.get(r) for r in range(comm.size)])
-        packer.write_sends_to([self._mapped[m.peer][0] + offsets[m.peer] for m in layout.sends])
+        # Everyone publishes its flags and fields and, per source, where that source's halos go in them.
+        problem, exported = None, None
+        try:
+            exported = (_export(self._flags.data.ptr), [_export(f.data.ptr) for f in fields])
+        except TransportError as error:
+            problem = str(error)
+        problems = [p for p in comm.mpi.allgather(problem) if p]
+        if problems:
+            raise TransportError(problems[0])
+        everyone = comm.mpi.allgather(exported)
+        wanted = {m.peer: [(s.field, s.selection) for s in m.segments] for m in layout.recvs}
+        shapes = [tuple(f.shape) for f in fields]
+        their = comm.mpi.alltoall([(shapes, wanted.get(r)) for r in range(comm.size)])
+        self._destinations = [m.peer for m in layout.sends]
+        self._sources = [m.peer for m in layout.recvs]
+        peers = sorted(set(self._destinations) | set(self._sources))
+        self._handles: list[bytes] = []
 
-        def slots(ranks: list[int]) -> tuple[Any, Any, int]:
-            flag_addresses = cupy.asarray(np.array([self._mapped[r][1] for r in ranks] or [0], dtype=np.uint64))
-            return flag_addresses, cupy.asarray(np.array(ranks or [0], dtype=np.int32)), len(ranks)
+        def mapped(exported_pair: tuple[bytes, int]) -> int:
+            handle, offset = exported_pair
+            self._handles.append(handle)
+            return _MAPPINGS.open(handle) + offset
 
-        self._destinations = slots([m.peer for m in layout.sends])
-        self._sources = slots([m.peer for m in layout.recvs])
-        self._threads = max(32, -(-max(self._destinations[2], self._sources[2]) // 32) * 32)
+        flag_addresses = np.zeros(comm.size, dtype=np.uint64)
+        for r in peers:
+            flag_addresses[r] = mapped(everyone[r][0])
+        rows = Descriptors(cupy)
+        for message in layout.sends:
+            shapes_there, selections_there = their[message.peer]
+            field_addresses = [mapped(pair) for pair in everyone[message.peer][1]]
+            for seg, (f, dst_sel) in zip(message.segments, selections_there, strict=True):
+                spec = layout.fields[seg.field]
+                src, dst = paired_grids(fields[seg.field].shape, seg.selection, shapes_there[f], dst_sel, spec)
+                rows.add(fields[seg.field].data.ptr, src, field_addresses[f], dst)
+        rows.local(local, fields)
+        self._table = SegmentTable(rows)
+        self._peer_flags = cupy.asarray(flag_addresses)
+        self._destination_ranks = cupy.asarray(np.array(self._destinations or [0], dtype=np.int32))
+        self._source_ranks = cupy.asarray(np.array(self._sources or [0], dtype=np.int32))
         self._limit_ns = np.uint64(0)
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
-    def _launch(self, step: int, peers: tuple[Any, Any, int], stream: Any) -> None:
-        flag_addresses, ranks, count = peers
-        _signal_kernel()(
-            (1,),
-            (self._threads,),
+    def start(self, stream: Any = None) -> None:
+        # Every exchange needs a block, even one with nothing to copy: the last block signals and waits.
+        kernel("ipc.cu", "gridcomm_ipc_exchange")(
+            (max(self._table.blocks, 1),),
+            (THREADS,),
             (
-                np.int32(step),
+                *self._table.args,
+                np.int32(self._table.blocks),
                 self._epoch,
+                self._finished,
                 self._flags,
-                flag_addresses,
-                ranks,
-                np.int32(count),
+                self._peer_flags,
+                self._destination_ranks,
+                np.int32(len(self._destinations)),
+                self._source_ranks,
+                np.int32(len(self._sources)),
                 np.int32(self._comm.rank),
                 np.int32(self._comm.size),
                 self._limit_ns,
@@ -111,39 +195,37 @@ class _IpcChannel(Channel):
             stream=stream,
         )
 
+    def set_timeout(self, timeout: float) -> None:
+        self._limit_ns = np.uint64(int(timeout * 1e9))
+
+    def before_pack(self, stream: Any, timeout: float) -> None:
+        self.set_timeout(timeout)
+
     def check(self, operation: str) -> None:
         """Raise GridcommTimeout if a GPU-side wait gave up (read from host-mapped memory; no sync)."""
         if self._error[0]:
-            _, peer, epoch, step = (int(x) for x in self._error)
+            _, peer, exchange, step = (int(x) for x in self._error)
             self._error[:] = 0
             raise GridcommTimeout(
-                f"{operation}: GPU wait for {_STEP_NAMES.get(step, 'a flag')} in exchange {epoch}",
+                f"{operation}: the GPU waited for {_STEP_NAMES.get(step, 'a flag')} in exchange {exchange}",
                 self._comm.rank,
                 [peer],
-                self._limit_ns / 1e9,
+                float(self._limit_ns) / 1e9,
             )
 
-    def before_pack(self, stream: Any, timeout: float) -> None:
-        self._limit_ns = np.uint64(int(timeout * 1e9))
-        self._launch(BEGIN, self._destinations, stream)
-
-    def start(self, stream: Any = None) -> None:
-        self._launch(SIGNAL_READY, self._destinations, stream)  # after the pack launch wrote into the peers
-
     def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
-        self.check(operation)
-        self._limit_ns = np.uint64(int(timeout * 1e9))
-        self._launch(WAIT_READY, self._sources, stream)
+        def gpu_stuck(elapsed: float) -> GridcommTimeout:
+            # The GPU-side waits give up after `timeout` each; a GPU still busy long after is stuck elsewhere.
+            return GridcommTimeout(f"{operation} (ipc: the GPU never finished)", self._comm.rank, [], elapsed)
 
-    def finish(self, stream: Any = None) -> None:
-        self._launch(SIGNAL_CONSUMED, self._sources, stream)
+        wait_on_stream(stream, self._arrived, 2 * timeout + 5.0, gpu_stuck)
+        self.check(operation)
 
     def close(self) -> None:
         import cupy
 
         cupy.cuda.Device().synchronize()
-        self._comm.mpi.Barrier()  # no peer writes into our buffers any more
-        for addresses in self._mapped.values():
-            for address in addresses:
-                cupy.cuda.runtime.ipcCloseMemHandle(address)
-        self._mapped = {}
+        self._comm.mpi.Barrier()  # no peer writes into our memory any more
+        for handle in self._handles:
+            _MAPPINGS.close(handle)
+        self._handles = []

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm import Communicator
+from ..errors import GridcommTimeout
 from ..gpu import gpu_count, nccl_communicator
-from .base import Channel, PackerKind, Transport
+from .base import Channel, PackerKind, Transport, wait_on_stream
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,21 @@ class NcclTransport(Transport):
 
 class _NcclChannel(Channel):
     def __init__(self, comm: Communicator, packer: Any) -> None:
+        import cupy
         from cupy.cuda import nccl
 
         self._nccl = nccl
+        self._owner = comm
         self._comm = nccl_communicator(comm)
         layout = packer.layout
         self._sends = [(packer.send_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.sends)]
         self._recvs = [(packer.recv_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.recvs)]
+        self._received = cupy.cuda.Event(block=False, disable_timing=True)
+        # NCCL connects a pair of ranks on their first send/recv, and that needs both on the host: connect
+        # now, while every rank is here (binding is collective), so that no exchange blocks in groupEnd.
+        warm_up = cupy.cuda.Stream(non_blocking=True)
+        self.start(warm_up)
+        warm_up.synchronize()
 
     def start(self, stream: Any = None) -> None:
         nccl, comm, ptr = self._nccl, self._comm, stream.ptr
@@ -53,7 +62,18 @@ class _NcclChannel(Channel):
         nccl.groupEnd()
 
     def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
-        """Nothing to do on the host: the transfers complete in stream order, before the unpack."""
+        """The transfers complete in stream order, before the unpack; the host waits for them (except while
+        the stream is captured into a graph) so that a silent peer ends in GridcommTimeout, not a hang."""
+
+        def silent(elapsed: float) -> GridcommTimeout:
+            # NCCL cannot say which peer is missing, and its kernels would spin forever: abort the
+            # communicator (it cannot be used afterwards) so that the GPU is free again.
+            self._owner.facts.pop("nccl", None)
+            self._comm.abort()
+            peers = sorted({p for _, _, p in self._recvs})
+            return GridcommTimeout(f"{operation} (nccl; communicator aborted)", self._owner.rank, peers, elapsed)
+
+        wait_on_stream(stream, self._received, timeout, silent)
 
     def close(self) -> None:
         self._sends = self._recvs = []

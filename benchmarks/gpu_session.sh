@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: what is there, the GPU tests, the GPU benchmarks. Everything lands in $OUT.
+#
+#   bash benchmarks/gpu_session.sh [env] [tests] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d] ...
+#
+# Runs from the repository root with the machine's python3 and packages (PYTHONPATH=src, nothing installed);
+# one rank per GPU. Logs and result files are written under $OUT/session and packed into $OUT/session.tgz
+# (the tool brings back few files); the last lines printed are a summary.
+set -u
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off
+export PYTHONPATH="$PWD/src:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gridcomm-session}
+dir="$OUT/session"
+mkdir -p "$dir/results"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+py=python3
+summary=()
+
+stage() {  # stage NAME TIMEOUT_S COMMAND...: run, log, note the status
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  echo "=== $name: $*"
+  timeout --signal=INT --kill-after=20 "$limit" "$@" >"$dir/$name.log" 2>&1
+  local rc=$?
+  summary+=("$name: exit $rc in $((SECONDS - start)) s")
+  tail -n 40 "$dir/$name.log" | cat -v
+}
+
+for what in "${@:-env tests}"; do
+  for step in $what; do
+    case $step in
+      env)
+        stage env 120 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
+print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", numpy.__version__); \
+from mpi4py import MPI; print(MPI.Get_library_version())'; which mpirun mpiexec; nvcc --version | tail -2; \
+$py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -m gridcomm info"
+        ;;
+      tests)
+        # shellcheck disable=SC2046  # the existing files, one word each
+        stage tests 540 $py -m pytest -m gpu -q -rs --timeout=400 --maxfail=30 -p no:cacheprovider \
+          $(ls tests/test_gpu.py tests/test_stencil2d.py 2>/dev/null)
+        ;;
+      bench-p2p) stage bench-p2p 300 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
+      bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
+      bench-halo) stage bench-halo 400 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
+      bench-halo1) stage bench-halo1 300 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
+      bench-stencil2d) stage bench-stencil2d 400 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
+      bench-stencil2d1) stage bench-stencil2d1 300 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;
+      *) summary+=("$step: unknown stage") ;;
+    esac
+  done
+done
+tar -czf "$OUT/session.tgz" -C "$OUT" session
+printf '%s\n' "--- summary (${ngpu} GPU(s))" "${summary[@]}"

@@ -1,0 +1,103 @@
+"""What a stencil2d run may be asked for: modes, dtypes, array modules, sizes; a clear error for anything else."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from ...errors import GridcommError
+
+#: How a step moves halos and computes (see Stencil2D): the seed's, with overlap, and captured in a CUDA graph.
+MODES = ("traditional", "overlapped", "graph")
+#: Modes that run on the CPU (NumPy); "graph" needs CUDA.
+CPU_MODES = ("traditional", "overlapped")
+DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+class StencilError(GridcommError, ValueError):
+    """A stencil2d run cannot be made as asked (size, mode, dtype, halo, array module, transport)."""
+
+
+def check_n(n: Any) -> int:
+    """Points per rank side: an int of at least 1."""
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise StencilError(f"n={n!r}: the block of each rank is n x n points, so n must be an integer >= 1")
+    return int(n)
+
+
+def check_steps(steps: Any) -> int:
+    """A number of time steps: an int of at least 0."""
+    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 0:
+        raise StencilError(f"steps={steps!r} must be an integer >= 0")
+    return int(steps)
+
+
+def check_mode(mode: Any, on_gpu: bool | None = None) -> str:
+    """One of MODES; with ``on_gpu=False``, "graph" is refused (it captures CUDA work)."""
+    if mode not in MODES:
+        raise StencilError(f"mode={mode!r} is unknown; use one of {', '.join(MODES)}")
+    if mode == "graph" and on_gpu is False:
+        raise StencilError(
+            "mode 'graph' captures the step (exchange and kernels) in a CUDA graph, so it needs a GPU (xp=cupy, "
+            f"--gpu); on the CPU use mode {' or '.join(repr(m) for m in CPU_MODES)}"
+        )
+    return str(mode)
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """float64 or float32."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in DTYPES:
+        raise StencilError(f"dtype={dtype!r}: the stencil runs in {' or '.join(str(d) for d in DTYPES)}")
+    return dt
+
+
+def check_halo(halo: Any, n: int) -> int:
+    """Ghost width exchanged each step: at least 1 (the stencil's reach) and at most the block's n points."""
+    if isinstance(halo, bool) or not isinstance(halo, int | np.integer) or halo < 1:
+        raise StencilError(f"halo={halo!r}: the five-point stencil reads 1 point beyond the block, so halo >= 1")
+    if halo > n:
+        raise StencilError(
+            f"halo width {halo} is wider than the block of {n} x {n} points per rank: a rank's halo would need "
+            f"points from beyond its neighbour; use halo <= n (the stencil needs 1) or a larger n"
+        )
+    return int(halo)
+
+
+def array_module_name(xp: Any) -> str:
+    """'numpy' or 'cupy' for the array module ``xp`` (the module itself, or its name)."""
+    if isinstance(xp, str):
+        name = xp
+    elif isinstance(xp, types.ModuleType):
+        name = xp.__name__
+    else:
+        name = None
+    if name not in ("numpy", "cupy"):
+        raise StencilError(f"xp={xp!r}: pass the array module, numpy (CPU) or cupy (GPU)")
+    return name
+
+
+def resolve_xp(xp: Any) -> types.ModuleType:
+    """The array module for ``xp``: numpy or cupy (module or name); None means cupy when a GPU is usable.
+
+    StencilError when cupy is asked for but CuPy or a GPU is missing."""
+    from ...gpu import gpu_count
+
+    if xp is None:
+        return resolve_xp("cupy" if gpu_count() else "numpy")
+    if array_module_name(xp) == "numpy":
+        return np
+    try:
+        import cupy
+    except ImportError:
+        raise StencilError(
+            "xp=cupy but CuPy is not installed (pip install 'gridcomm[gpu]'); or run on the CPU"
+        ) from None
+    if not gpu_count():
+        raise StencilError("xp=cupy but no CUDA GPU is visible to this rank; run on the CPU (xp=numpy, --cpu)")
+    return cupy

@@ -1,0 +1,95 @@
+"""The 2-D Jacobi dwarf on every rank of COMM_WORLD against the serial NumPy run on rank 0: the gathered result
+must be bitwise equal. Prints "STENCIL2D-RANKS OK <ranks>" on rank 0; exits non-zero on any mismatch.
+
+Usage: mpiexec -n N python tests/mpi_programs/stencil2d_ranks.py [--gpu]
+
+On the CPU: modes traditional and overlapped, float64 and float32, blocks from 1 x 1 to 9 x 9 points, ghost widths 1
+and 2. With --gpu (one rank per GPU, CuPy): all three modes over every GPU transport that fits the mode (graph mode
+needs ipc or nccl, and must refuse staged with a clear error).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+import gridcomm
+from gridcomm.apps.stencil2d import Stencil2D, StencilError, compare, reference_run, run_stencil2d
+
+CPU_CASES = [  # (mode, n, steps, dtype, halo)
+    (mode, n, steps, dtype, halo)
+    for mode in ("traditional", "overlapped")
+    for n, steps, dtype, halo in (
+        (9, 11, "float64", 1),
+        (6, 8, "float32", 1),
+        (5, 7, "float64", 2),
+        (1, 3, "float64", 1),
+    )
+]
+GPU_CASES = [  # (mode, transport, n, steps, dtype)
+    (mode, transport, n, steps, dtype)
+    for transport in ("auto", "staged", "nccl", "ipc")
+    for mode in ("traditional", "overlapped", "graph")
+    for n, steps, dtype in ((33, 9, "float64"), (40, 6, "float32"))
+]
+
+
+def control_differs(comm: gridcomm.Communicator) -> bool:
+    """Negative control: the same run with halos never exchanged must differ from the serial run."""
+    with Stencil2D(comm, 8, "float64", np, "traditional", exchange=False) as sim:
+        sim.step(5)
+        result = sim.field()
+        shape = sim.global_shape
+    equal = compare(result, reference_run(shape, 5))[0] if comm.rank == 0 else None
+    return not comm.mpi.bcast(equal, root=0)
+
+
+def main(argv: list[str]) -> int:
+    gpu = "--gpu" in argv
+    comm = gridcomm.Communicator()
+    problems = []
+    if gpu:
+        import cupy
+
+        for mode, transport, n, steps, dtype in GPU_CASES:
+            what = f"GPU {mode}/{transport} n={n} steps={steps} {dtype}"
+            if mode == "graph" and transport == "staged":
+                try:
+                    run_stencil2d(comm, n, steps, mode, cupy, dtype=dtype, transport=transport)
+                except StencilError as error:
+                    if "ipc" not in str(error) or "nccl" not in str(error):
+                        problems.append(f"{what}: unclear error: {error}")
+                else:
+                    problems.append(f"{what}: graph mode accepted a transport that needs the host")
+                continue
+            r = run_stencil2d(comm, n, steps, mode, cupy, dtype=dtype, transport=transport, check=True)
+            if not r["bitwise_equal"]:
+                problems.append(f"{what}: max |diff| {r['max_abs_diff']:.3e}")
+    else:
+        for mode, n, steps, dtype, halo in CPU_CASES:
+            r = run_stencil2d(comm, n, steps, mode, np, dtype=dtype, halo=halo, check=True)
+            if not r["bitwise_equal"]:
+                problems.append(f"CPU {mode} n={n} steps={steps} {dtype} halo={halo}: max |diff| {r['max_abs_diff']}")
+        if comm.size > 1 and not control_differs(comm):
+            problems.append("without its halo exchange the run still matched the serial one: the check sees nothing")
+    if comm.rank == 0:
+        for p in problems:
+            print(f"STENCIL2D-RANKS MISMATCH ranks={comm.size} {p}", flush=True)
+        if not problems:
+            print(f"STENCIL2D-RANKS OK {comm.size}", flush=True)
+    failures = comm.mpi.bcast(len(problems), root=0)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    try:
+        status = main(sys.argv)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(2)  # one failing rank must not leave the others waiting
+    sys.exit(status)

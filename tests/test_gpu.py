@@ -1,0 +1,201 @@
+"""GPU tests: the correctness suites on GPU fields over every GPU transport, GPU-only API and bad input.
+
+Marked ``gpu`` and skipped without CuPy and a GPU (CI has none): run them on a GPU machine with
+``pytest -m gpu``. The MPI suites run one rank per GPU, on 1 GPU and on 2 (when there are 2).
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness import describe_mismatch, expected_cells, local_with_sentinel, random_global
+
+import gridcomm
+import gridcomm.comm
+from gpu_support import gpu_count, needs_gpus
+from gridcomm import CartesianDecomposition, FieldError, GridcommError, HaloExchanger, TransportError
+
+pytestmark = [pytest.mark.gpu, needs_gpus(1)]
+
+GPU_TRANSPORTS = ["staged", "nccl", "ipc", "auto"]
+RANK_COUNTS = [n for n in (1, 2) if n <= gpu_count()] or [1]
+ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}
+
+
+# -- the MPI suites, one rank per GPU -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nranks", RANK_COUNTS)
+def test_structured_suite_on_gpu(mpi_checks, nranks):
+    mpi_checks("checks_exchange", nranks, timeout=240, env=ON_GPU)
+
+
+@pytest.mark.parametrize("nranks", RANK_COUNTS)
+def test_structured_property_on_gpu(mpi_checks, nranks):
+    mpi_checks("checks_property", nranks, timeout=240, env={**ON_GPU, "GRIDCOMM_PROPERTY_EXAMPLES": "150"})
+
+
+@pytest.mark.parametrize("nranks", RANK_COUNTS)
+def test_unstructured_suite_on_gpu(mpi_checks, nranks):
+    env = {**ON_GPU, "GRIDCOMM_UNSTRUCTURED_EXAMPLES": "100"}
+    mpi_checks("checks_unstructured", nranks, timeout=240, env=env)
+
+
+@needs_gpus(2)
+def test_gpu_transports_between_two_gpus(mpi_checks):
+    """Streams, graphs, timeouts and device checks that need a peer GPU (tests/mpi_programs/checks_gpu.py)."""
+    mpi_checks("checks_gpu", 2, timeout=180, env=ON_GPU)
+
+
+# -- one rank, in process ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cupy():
+    import cupy
+
+    cupy.cuda.Device(0).use()
+    return cupy
+
+
+@pytest.fixture
+def decompose():
+    made = []
+
+    def make(*args, **kwargs):
+        d = CartesianDecomposition(None, *args, **kwargs)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.comm.close()  # the kept Communicator of COMM_WORLD: its cached facts go with it
+
+
+def device_field(cupy, d, g, order="C"):
+    return cupy.array(local_with_sentinel(d, g, order), order=order)
+
+
+@pytest.mark.parametrize("transport", GPU_TRANSPORTS)
+@pytest.mark.parametrize("order", "CF")
+def test_single_gpu_periodic_exchange_matches_reference(cupy, decompose, transport, order):
+    """One rank, periodic in every dimension: every halo comes from the rank itself (the field-to-field copies)."""
+    d = decompose((9, 7, 5), halo=((2, 1), (1, 2), (1, 1)), periodic=True)
+    globals_ = [random_global(d.global_shape, dt, i) for i, dt in enumerate(("float64", "int32", "complex64"))]
+    fields = [device_field(cupy, d, g, order) for g in globals_]
+    with HaloExchanger(d, fields, transport) as ex:
+        ex.exchange()
+        cupy.cuda.get_current_stream().synchronize()
+    for f, g in zip(fields, globals_, strict=True):
+        assert describe_mismatch(f.get(), expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil)) is None
+
+
+@pytest.mark.parametrize("transport", GPU_TRANSPORTS)
+def test_an_exchange_with_nothing_to_move(cupy, decompose, transport):
+    """One rank, nothing periodic: no peer and no halo to fill; the exchange still completes, twice."""
+    d = decompose((12, 10), halo=1)
+    f = d.zeros(xp=cupy)
+    with HaloExchanger(d, f, transport) as ex:
+        ex.exchange()
+        ex.exchange()
+    cupy.cuda.Device().synchronize()
+    assert float(abs(f).sum()) == 0.0
+
+
+@pytest.mark.parametrize("transport", ["nccl", "ipc"])
+def test_capture_replays_the_exchange(cupy, decompose, transport):
+    d = decompose((12, 10), halo=1, periodic=True)
+    g = random_global(d.global_shape, "float32", 3)
+    f = device_field(cupy, d, g)
+    with HaloExchanger(d, f, transport) as ex:
+        graph = ex.capture()
+        stream = cupy.cuda.Stream(non_blocking=True)
+        for _ in range(3):
+            f[d.interior_slices] = cupy.asarray(g[d.global_slices])
+            f[0, :] = -1  # a halo row, which the replay must fill again
+            cupy.cuda.get_current_stream().synchronize()
+            graph.launch(stream)
+            stream.synchronize()
+            ex.check()
+            assert describe_mismatch(f.get(), expected_cells(g, d.global_slices, d.halo, d.periodic, "box")) is None
+
+
+def test_staged_cannot_be_captured(cupy, decompose):
+    d = decompose((8, 8), halo=1, periodic=True)
+    with HaloExchanger(d, d.zeros(xp=cupy), "staged") as ex, pytest.raises(GridcommError, match="CUDA graph"):
+        ex.capture()
+
+
+@pytest.mark.parametrize("transport", GPU_TRANSPORTS)
+def test_start_on_a_stream_of_ones_own(cupy, decompose, transport):
+    """start(stream) enqueues on that stream; work after wait() on the same stream sees the halos."""
+    d = decompose((16, 6), halo=2, periodic=True)
+    g = random_global(d.global_shape, "float64", 5)
+    f = device_field(cupy, d, g)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with HaloExchanger(d, f, transport) as ex:
+        ex.start(stream).wait()
+        with stream:
+            copy = f.copy()  # ordered after the unpack on `stream`
+        stream.synchronize()
+    assert describe_mismatch(copy.get(), expected_cells(g, d.global_slices, d.halo, d.periodic, "box")) is None
+
+
+def test_dlpack_arrays_are_exchanged_in_place(decompose):
+    """A torch tensor on the GPU is viewed through DLPack, not copied: its own memory gets the halos."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    d = decompose((10, 6), halo=1, periodic=True)
+    g = random_global(d.global_shape, "float64", 9)
+    t = torch.from_numpy(local_with_sentinel(d, g)).cuda()
+    with HaloExchanger(d, t, "auto") as ex:
+        assert ex.fields[0].data.ptr == t.data_ptr()  # the same memory
+        ex.exchange()
+        torch.cuda.synchronize()
+    assert describe_mismatch(t.cpu().numpy(), expected_cells(g, d.global_slices, d.halo, d.periodic, "box")) is None
+
+
+def test_host_and_device_fields_in_one_exchanger(cupy, decompose):
+    d = decompose((8, 8), halo=1)
+    with pytest.raises(FieldError, match="different memories"):
+        HaloExchanger(d, [d.zeros(), d.zeros(xp=cupy)])
+
+
+def test_device_fields_on_a_non_cuda_aware_mpi(cupy, decompose, monkeypatch):
+    monkeypatch.setenv("GRIDCOMM_MPI_CUDA_AWARE", "0")
+    gridcomm.comm.mpi_cuda_aware.cache_clear()
+    try:
+        d = decompose((8, 8), halo=1)
+        with pytest.raises(TransportError, match="not CUDA-aware"):
+            HaloExchanger(d, d.zeros(xp=cupy), "mpi")
+    finally:
+        gridcomm.comm.mpi_cuda_aware.cache_clear()
+
+
+@needs_gpus(2)
+def test_field_on_another_gpu(cupy, decompose):
+    d = decompose((8, 8), halo=1)
+    with cupy.cuda.Device(1):
+        elsewhere = d.zeros(xp=cupy)
+    with pytest.raises(FieldError, match="not on the current GPU"):
+        HaloExchanger(d, elsewhere, "nccl")
+
+
+def test_auto_picks_a_gpu_transport_and_says_why(cupy):
+    comm = gridcomm.Communicator()
+    reasons = gridcomm.transports.available(comm, on_device=True)
+    why = gridcomm.transports.auto_choice_reason(reasons, on_device=True)
+    assert why.split(":")[0] in {"ipc", "nccl", "mpi", "staged"}, why
+    comm.close()
+
+
+def test_pack_kernels_fill_every_byte(cupy, decompose):
+    """Pack then unpack of random halos through the device buffers: nothing lost, nothing extra."""
+    d = decompose((33, 17, 9), halo=((3, 2), (1, 3), (2, 2)), periodic=True)
+    g = random_global(d.global_shape, "int16", 11)  # 2-byte cells: odd run lengths, no 16-byte vectors
+    f = device_field(cupy, d, g, "F")
+    with HaloExchanger(d, f, "ipc") as ex:
+        for _ in range(2):
+            ex.exchange()
+    cupy.cuda.get_current_stream().synchronize()
+    assert describe_mismatch(f.get(), expected_cells(g, d.global_slices, d.halo, d.periodic, "box")) is None
