@@ -183,3 +183,21 @@ def mpi_checks(tmp_path):
         return run_checks(program, nranks, tmp_path, **kwargs)
 
     return run
+
+
+@pytest.fixture
+def decompose():
+    """``decompose(global_shape, ...)``: a CartesianDecomposition over COMM_WORLD (in process: one rank). The
+    kept Communicator is closed afterwards, so cached facts (CUDA-awareness, NCCL) never leak between tests."""
+    from gridcomm import CartesianDecomposition
+
+    made = []
+
+    def make(*args, **kwargs):
+        d = CartesianDecomposition(None, *args, **kwargs)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.comm.close()

@@ -12,7 +12,7 @@ from harness import describe_mismatch, expected_cells, local_with_sentinel, rand
 import gridcomm
 import gridcomm.comm
 from gpu_support import gpu_count, needs_gpus
-from gridcomm import CartesianDecomposition, FieldError, GridcommError, HaloExchanger, TransportError
+from gridcomm import FieldError, GridcommError, HaloExchanger, TransportError
 
 pytestmark = [pytest.mark.gpu, needs_gpus(1)]
 
@@ -55,20 +55,6 @@ def cupy():
 
     cupy.cuda.Device(0).use()
     return cupy
-
-
-@pytest.fixture
-def decompose():
-    made = []
-
-    def make(*args, **kwargs):
-        d = CartesianDecomposition(None, *args, **kwargs)
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.comm.close()  # the kept Communicator of COMM_WORLD: its cached facts go with it
 
 
 def device_field(cupy, d, g, order="C"):

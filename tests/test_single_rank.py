@@ -13,7 +13,6 @@ from harness import DTYPES, TRANSPORT_CHOICES, describe_mismatch, expected_cells
 import gridcomm
 import gridcomm.comm
 from gridcomm import (
-    CartesianDecomposition,
     DecompositionError,
     FieldError,
     GridcommError,
@@ -35,21 +34,6 @@ class FakeDeviceArray:
     @property
     def __cuda_array_interface__(self):
         return {"shape": self.shape, "typestr": self._typestr, "data": (0, False), "version": 3}
-
-
-@pytest.fixture
-def decompose():
-    """CartesianDecomposition over COMM_WORLD (one rank); the communicators are freed afterwards."""
-    made = []
-
-    def make(*args, **kwargs):
-        d = CartesianDecomposition(None, *args, **kwargs)
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.comm.close()
 
 
 @pytest.fixture

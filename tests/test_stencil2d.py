@@ -4,7 +4,6 @@ CUDA source (compiled with nvcc where it exists) and, on a GPU machine, every mo
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import run_mpi
+from gpu_support import gpu_count, needs_gpus
 from gridcomm import GridcommError
 from gridcomm.apps.stencil2d import (
     Rect,
@@ -34,18 +34,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "gridcomm" / "apps" / "st
 NVCC = shutil.which("nvcc")
 
 
-@functools.cache
-def gpu_count() -> int:
-    """CUDA GPUs CuPy sees (0 without CuPy or a driver): decides whether the GPU tests run."""
-    try:
-        import cupy
-
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:
-        return 0
-
-
-needs_gpu = pytest.mark.skipif(gpu_count() == 0, reason="needs CuPy and a CUDA GPU (none here)")
+needs_gpu = needs_gpus(1)
 
 
 def naive_steps(u0: np.ndarray, steps: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from harness import (
+    DERANDOMIZE,
     DTYPES,
     TRANSPORT_CHOICES,
     HaloExchanger,
@@ -42,7 +43,6 @@ from gridcomm import CartesianDecomposition, DecompositionError
 from gridcomm.decomp.procgrid import choose_proc_grid
 
 MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "3000"))
-DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from harness import (
+    DERANDOMIZE,
     DTYPES,
     SENTINEL_BYTE,
     TRANSPORT_CHOICES,
@@ -49,7 +50,6 @@ from gridcomm import DecompositionError, FieldError, UnstructuredDecomposition
 from gridcomm.grids import MedianDualMesh, equal_regions, halo_ids
 
 MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_UNSTRUCTURED_EXAMPLES", "1800"))
-DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
 
 FieldSpec = tuple[str, str, int]  # (dtype, order, levels); levels 0 is a 1-D field
 

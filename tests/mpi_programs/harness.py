@@ -20,6 +20,9 @@ from gridcomm.transports import MpiTransport
 # tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
 ON_GPU = os.environ.get("GRIDCOMM_CHECK_DEVICE", "") == "gpu"
 
+# Property tests draw the same examples every run unless GRIDCOMM_PROPERTY_RANDOM=1.
+DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
+
 # Every correctness check runs over each of these. On the host: the four configurations of the MPI
 # transport, cma, and "auto" (whatever gridcomm picks here); the property test also draws "mpi" (the name,
 # default options). On the GPU: every GPU transport usable here (mpi only where MPI is CUDA-aware).
@@ -406,3 +409,21 @@ def run_property(
             f"# {counts['examples']} examples{f' ({noted})' if noted else ''} in {time.perf_counter() - start:.1f} s",
             flush=True,
         )
+
+
+def run_program(main: Callable[[list[str]], int]) -> None:
+    """``sys.exit(main(sys.argv))``; an exception on one rank aborts the job, so that the others never wait
+    for it forever."""
+    import sys
+    import traceback
+
+    from mpi4py import MPI
+
+    try:
+        status = main(sys.argv)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(2)
+    sys.exit(status)

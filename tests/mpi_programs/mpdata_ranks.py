@@ -7,27 +7,18 @@ Usage: mpiexec -n N python tests/mpi_programs/mpdata_ranks.py [GRID] [STEPS] [LE
 from __future__ import annotations
 
 import math
-import sys
-import traceback
 
 import numpy as np
-from mpi4py import MPI
+from harness import run_program
 
 import gridcomm
 from gridcomm.apps.mpdata import run_mpdata
-
-SKIPPED = 3  # exit status when this gridcomm has no UnstructuredDecomposition yet
 
 
 def main(argv: list[str]) -> int:
     grid = argv[1] if len(argv) > 1 else "O16"
     steps = int(argv[2]) if len(argv) > 2 else 12
     levels = int(argv[3]) if len(argv) > 3 else 2
-    world = MPI.COMM_WORLD
-    if not hasattr(gridcomm, "UnstructuredDecomposition"):
-        if world.rank == 0:
-            print("MPDATA-RANKS SKIP: gridcomm has no UnstructuredDecomposition", flush=True)
-        return SKIPPED
     comm = gridcomm.Communicator()
     failures = 0
     for alpha, fct in ((math.pi / 4, True), (math.pi / 2, False)):
@@ -55,11 +46,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        status = main(sys.argv)
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(2)  # one failing rank must not leave the others waiting
-    sys.exit(status)
+    run_program(main)

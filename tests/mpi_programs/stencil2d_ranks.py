@@ -10,11 +10,8 @@ needs ipc or nccl, and must refuse staged with a clear error).
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import numpy as np
-from mpi4py import MPI
+from harness import run_program
 
 import gridcomm
 from gridcomm.apps.stencil2d import Stencil2D, StencilError, compare, reference_run, run_stencil2d
@@ -85,11 +82,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        status = main(sys.argv)
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(2)  # one failing rank must not leave the others waiting
-    sys.exit(status)
+    run_program(main)
