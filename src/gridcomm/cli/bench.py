@@ -111,7 +111,7 @@ def _halo_table(rows: list[dict[str, Any]]) -> Any:
             ]
         )
     columns = ["n×n", "fields", "KiB/peer", *names, "floor", "floor fresh", "best/floor", "best/fresh"]
-    return table("time per halo exchange [µs] (median; slowest rank)", columns, body)
+    return table("time per halo exchange (µs) (median; slowest rank)", columns, body)
 
 
 def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
@@ -133,7 +133,7 @@ def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
             ]
         )
     columns = ["n×n", "fields", "KiB/peer", *names, "best/nccl", "pack/unpack GB/s", "HBM GB/s"]
-    return table("time per halo exchange on the GPU [µs] (median; slowest rank)", columns, body)
+    return table("time per halo exchange on the GPU (µs) (median; slowest rank)", columns, body)
 
 
 @bench_app.command("p2p")
@@ -259,7 +259,7 @@ def bench_stencil2d(
             ]
             for r in rows
         ]
-        columns = ["n", "mode", "step [µs]", "no exchange [µs]", "ratio", "seed trad. [µs]", "seed persistent [µs]"]
+        columns = ["n", "mode", "step (µs)", "no exchange (µs)", "ratio", "seed trad. (µs)", "seed persistent (µs)"]
         console.print(table(f"2-D Jacobi step on {comm.size} rank(s), transport {transport}", columns, body))
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
@@ -306,7 +306,7 @@ def bench_mpdata(
             ]
             for r in rows
         ]
-        columns = ["grid", "nodes", "levels", "step [ms]", "min [ms]", "exchanges [ms]", "share", "Mupd/s", "halo"]
+        columns = ["grid", "nodes", "levels", "step (ms)", "min (ms)", "exchanges (ms)", "share", "Mupd/s", "halo"]
         console.print(table(f"MPDATA step on {comm.size} rank(s) (median, slowest rank)", columns, body))
         console.print(f"results: {path}")
     comm.close()
