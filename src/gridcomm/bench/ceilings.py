@@ -120,3 +120,15 @@ def nccl_sendrecv(comm: Communicator, nbytes: int, peers: list[int]) -> Callable
         nccl.groupEnd()
 
     return run
+
+
+def time_exchanger(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:
+    """``{name: seconds per exchange}``, and ``{name + " graph": seconds per replay}`` of the exchange captured
+    in a CUDA graph where the transport allows it."""
+    import cupy
+
+    timings = {name: time_gpu(comm, exchanger.exchange, samples)}
+    if exchanger.transport.graph_capturable:
+        graph, stream = exchanger.capture(), cupy.cuda.get_current_stream()
+        timings[f"{name} graph"] = time_gpu(comm, lambda: graph.launch(stream), samples)
+    return timings

@@ -139,7 +139,7 @@ def run_gpu_case(
     and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``."""
     import cupy
 
-    from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, time_gpu
+    from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, time_exchanger, time_gpu
 
     decomposition = _decomposition(comm, case)
     fields = _fields(decomposition, case, cupy)
@@ -153,15 +153,12 @@ def run_gpu_case(
     timings: dict[str, Any] = {}
     for name in transports:
         with HaloExchanger(decomposition, fields, name) as exchanger:
-            timings[name] = time_gpu(comm, exchanger.exchange, samples)
-            if exchanger.transport.graph_capturable:
-                graph, stream = exchanger.capture(), cupy.cuda.get_current_stream()
-                timings[f"{name} graph"] = time_gpu(comm, lambda g=graph, s=stream: g.launch(s), samples)
-    largest = int(comm.mpi.allreduce(row["bytes_per_peer_max"], op=_max()))
+            timings.update(time_exchanger(comm, exchanger, name, samples))
+    largest = row["bytes_per_peer_max"]  # over all ranks: every rank times the same ceilings
     if largest:
-        timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, row["bytes_per_peer_max"], peers), samples)
+        timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, largest, peers), samples)
         buffers = PeerBuffers(comm, largest)
-        timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, row["bytes_per_peer_max"], False), samples)
+        timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, largest, False), samples)
         buffers.close()
     exchanges = {k: t for k, t in timings.items() if k not in ("nccl send/recv", "peer copy")}
     best = min(exchanges, key=lambda k: exchanges[k].median)
@@ -174,9 +171,3 @@ def run_gpu_case(
         "unpack_GBps": unpacked / unpack.median / 1e9,
         "hbm_copy_GBps": hbm_gbps,
     }
-
-
-def _max() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MAX

@@ -19,7 +19,7 @@ import numpy as np
 from ..comm import Communicator
 from ..exchange import HaloExchanger
 from ..pattern import Box, Pattern, PeerPlan
-from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, sync, time_gpu
+from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, sync, time_exchanger, time_gpu
 
 GPU_TRANSPORTS = ("staged", "nccl", "ipc")
 
@@ -72,11 +72,7 @@ def run_transfer(
         for name in transports:
             field[comm.size * nbytes :] = 0  # each transport must deliver on its own
             with HaloExchanger(block, field, name) as exchanger:
-                timings[name] = time_gpu(comm, exchanger.exchange, samples)
-                if exchanger.transport.graph_capturable:
-                    graph = exchanger.capture()
-                    stream = cupy.cuda.get_current_stream()
-                    timings[f"{name} graph"] = time_gpu(comm, lambda g=graph, s=stream: g.launch(s), samples)
+                timings.update(time_exchanger(comm, exchanger, name, samples))
             _check_received(comm, field, nbytes, peers)
         timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, nbytes, peers), samples)
         timings["peer copy kernel"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=False), samples)
