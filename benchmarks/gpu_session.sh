@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: what is there, the GPU tests, the GPU benchmarks. Everything lands in $OUT.
 #
-#   bash benchmarks/gpu_session.sh [env] [tests] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d] ...
+#   bash benchmarks/gpu_session.sh [env] [tests] [tune] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d] ...
 #
 # Runs from the repository root with the machine's python3 and packages (PYTHONPATH=src, nothing installed);
 # one rank per GPU. Logs and result files are written under $OUT/session and packed into $OUT/session.tgz
@@ -32,22 +32,27 @@ for what in "${@:-env tests}"; do
   for step in $what; do
     case $step in
       env)
-        stage env 120 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
+        stage env 60 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
 print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", numpy.__version__); \
 from mpi4py import MPI; print(MPI.Get_library_version())'; which mpirun mpiexec; nvcc --version | tail -2; \
 $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -m gridcomm info"
         ;;
+      tests-quick)  # everything but the MPI correctness suites (run by `tests`)
+        stage tests-quick 200 $py -m pytest -m gpu -q -rs --timeout=180 -p no:cacheprovider -k "not suite and not property" \
+          tests/test_gpu.py tests/test_stencil2d.py
+        ;;
       tests)
         # shellcheck disable=SC2046  # the existing files, one word each
-        stage tests 540 $py -m pytest -m gpu -q -rs --timeout=400 --maxfail=30 -p no:cacheprovider \
+        stage tests 270 $py -m pytest -m gpu -q -rs --timeout=250 --durations=15 --maxfail=30 -p no:cacheprovider \
           $(ls tests/test_gpu.py tests/test_stencil2d.py 2>/dev/null)
         ;;
-      bench-p2p) stage bench-p2p 300 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
+      tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
+      bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
-      bench-halo) stage bench-halo 400 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
-      bench-halo1) stage bench-halo1 300 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
-      bench-stencil2d) stage bench-stencil2d 400 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
-      bench-stencil2d1) stage bench-stencil2d1 300 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;
+      bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
+      bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
+      bench-stencil2d) stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
+      bench-stencil2d1) stage bench-stencil2d1 100 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;
       *) summary+=("$step: unknown stage") ;;
     esac
   done

@@ -43,7 +43,7 @@ def test_unstructured_suite_on_gpu(mpi_checks, nranks):
 @needs_gpus(2)
 def test_gpu_transports_between_two_gpus(mpi_checks):
     """Streams, graphs, timeouts and device checks that need a peer GPU (tests/mpi_programs/checks_gpu.py)."""
-    mpi_checks("checks_gpu", 2, timeout=180, env=ON_GPU)
+    mpi_checks("checks_gpu", 2, timeout=100, env=ON_GPU)
 
 
 # -- one rank, in process ---------------------------------------------------------------------------------
@@ -103,6 +103,8 @@ def test_capture_replays_the_exchange(cupy, decompose, transport):
             stream.synchronize()
             ex.check()
             assert describe_mismatch(f.get(), expected_cells(g, d.global_slices, d.halo, d.periodic, "box")) is None
+    with pytest.raises(GridcommError, match="released"):  # closing the exchanger freed the graph
+        graph.launch(stream)
 
 
 def test_staged_cannot_be_captured(cupy, decompose):

@@ -11,12 +11,13 @@ from .errors import (
     PatternError,
     TransportError,
 )
-from .exchange import ExchangeHandle, HaloExchanger
+from .exchange import CapturedExchange, ExchangeHandle, HaloExchanger
 from .gpu import use_local_gpu
 from .pattern import Box, Pattern, PeerPlan, Rows
 
 __all__ = [
     "Box",
+    "CapturedExchange",
     "CartesianDecomposition",
     "Communicator",
     "DecompositionError",

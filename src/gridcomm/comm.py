@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import weakref
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -122,6 +123,7 @@ class Communicator:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
         self._next_tag = 0
         self.facts: dict[str, Any] = {}  # collective findings about these ranks, e.g. which transports work
+        self.graphs: weakref.WeakSet[Any] = weakref.WeakSet()  # captured exchanges, released by close()
 
     @classmethod
     def wrap(cls, comm: Any) -> Communicator:
@@ -178,6 +180,8 @@ class Communicator:
         """Free the duplicated communicator (collective)."""
         from mpi4py import MPI
 
+        for graph in list(self.graphs):  # NCCL frees a communicator only once no graph that used it lives
+            graph.close()
         nccl = self.facts.pop("nccl", None)
         if nccl is not None:
             nccl.destroy()

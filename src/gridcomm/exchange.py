@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -32,11 +33,40 @@ class ExchangeHandle:
     def wait(self) -> None:
         """Block until this exchange is complete; raise GridcommTimeout if a peer stays silent.
 
-        After a timeout the exchange is still in flight and ``wait()`` may be called again.
+        After a timeout the exchange is still in flight and ``wait()`` may be called again: with host-side
+        waits (mpi, staged, cma) that completes it once the peer answers. ``nccl`` aborts its communicator
+        (NCCL's kernels would spin forever): the exchanger then raises on every use; make a new one. GPU-side
+        waits (ipc) give up on the GPU: that exchange's halos are undefined, the next ``wait()`` returns,
+        the peers are told, and the next exchange is right once the silent peer has caught up.
         """
         if not self.done:
             self._exchanger._complete(self.stream)
             self.done = True
+
+
+class CapturedExchange:
+    """One exchange recorded in a CUDA graph by ``HaloExchanger.capture()``; ``launch(stream)`` replays it.
+
+    The graph reads and writes the exchanger's fields and buffers, and NCCL cannot free a communicator while
+    a graph that used it lives (ncclCommDestroy waits for it forever): closing the exchanger or its
+    communicator therefore releases the graph, after which ``launch`` raises.
+    """
+
+    def __init__(self, graph: Any, exchanger: HaloExchanger) -> None:
+        self._graph = graph
+        self._exchanger: HaloExchanger | None = exchanger  # its buffers must outlive the graph
+
+    def launch(self, stream: Any = None) -> None:
+        """Enqueue one replay on ``stream`` (a CuPy stream; None: the current stream)."""
+        if self._graph is None:
+            raise GridcommError(
+                "this captured exchange was released (its exchanger or communicator was closed); capture a new one"
+            )
+        self._graph.launch(stream)
+
+    def close(self) -> None:
+        """Free the graph now (also done by the exchanger's and the communicator's close)."""
+        self._graph = self._exchanger = None
 
 
 class HaloExchanger:
@@ -104,6 +134,7 @@ class HaloExchanger:
         self.count = 0
         self._handle = ExchangeHandle(self)
         self._closed = False
+        self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
 
     def _bind(self, own: Layout | None) -> None:
         """Make the packer the transport reads and writes through, and the transport's channel (collective).
@@ -205,7 +236,7 @@ class HaloExchanger:
         """
         if self._closed:
             raise GridcommError("this HaloExchanger is closed; make a new one")
-        if not self._handle.done:
+        if not self._handle.done and not self.channel.abandoned:
             raise GridcommError("an exchange is already in flight on this HaloExchanger; wait() for it first")
         if self.on_device:
             stream = stream if stream is not None else self.xp.cuda.get_current_stream()
@@ -228,9 +259,12 @@ class HaloExchanger:
         self.packer.unpack()
         self.channel.finish(stream)
 
-    def capture(self, stream: Any = None) -> Any:
+    def capture(self, stream: Any = None) -> CapturedExchange:
         """Record one whole exchange in a CUDA graph (GPU fields, nccl or ipc transport); replay it with
-        ``graph.launch(stream)``. The graph reads and writes the same fields every time it is replayed."""
+        ``graph.launch(stream)``. The graph reads and writes the same fields every time it is replayed.
+
+        Capturing ``start(stream)`` and ``wait()`` inside a graph of your own (a whole application step)
+        works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them)."""
         if not (self.on_device and self.transport.graph_capturable):
             raise GridcommError(
                 f"transport {self.transport.name!r} needs the host during an exchange, so it cannot be captured "
@@ -243,7 +277,10 @@ class HaloExchanger:
                 self.start(stream).wait()
             finally:
                 graph = stream.end_capture()
-        return graph
+        captured = CapturedExchange(graph, self)
+        self._graphs.add(captured)
+        self.comm.graphs.add(captured)
+        return captured
 
     def check(self) -> None:
         """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
@@ -268,8 +305,10 @@ class HaloExchanger:
         """Free requests, datatypes and buffers. The exchanger cannot be used afterwards."""
         if self._closed:
             return
-        if not self._handle.done:
+        if not self._handle.done and not self.channel.abandoned:
             raise GridcommError("close() while an exchange is in flight; wait() for it first")
+        for graph in self._graphs:
+            graph.close()
         self.channel.close()
         self.packer.close()
         self._closed = True

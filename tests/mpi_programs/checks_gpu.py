@@ -10,9 +10,17 @@ import time
 import cupy
 import numpy as np
 from checks_timeout import TIMEOUT_S, await_release, describe_timeout, release
-from harness import assert_everywhere, describe_mismatch, expected_cells, local_with_sentinel, random_global, ranks
+from harness import (
+    assert_everywhere,
+    cell_bytes,
+    describe_mismatch,
+    expected_cells,
+    local_with_sentinel,
+    random_global,
+    ranks,
+)
 
-from gridcomm import CartesianDecomposition, GridcommTimeout, HaloExchanger
+from gridcomm import CartesianDecomposition, GridcommError, GridcommTimeout, HaloExchanger
 
 GRAPH_TRANSPORTS = ("nccl", "ipc")
 
@@ -29,28 +37,26 @@ def _wrong(d, f, g) -> str | None:
 
 @ranks(only=[2])
 def check_interior_work_on_another_stream_overlaps(comm):
-    """start(exchange stream); a kernel on a second stream scales the interior points that are not sent;
-    wait(); both results are right."""
+    """start(exchange stream); a kernel on a second stream adds 1 to the interior points that are not sent;
+    wait(); the halos and the interior work are both right (int64: exact, every bit pattern a number)."""
     problems = []
     for transport in ("staged", "nccl", "ipc"):
-        d, g, f = _setup(comm)
+        d, g, f = _setup(comm, dtype="int64")
         exchange_stream, work_stream = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
         deep = tuple(slice(2 * lo, n - 2 * hi) for n, (lo, hi) in zip(d.local_shape, d.halo, strict=True))
         with HaloExchanger(d, f, transport) as ex:
             handle = ex.start(exchange_stream)
             with work_stream:
-                f[deep] *= 2.0
+                f[deep] += 1
             handle.wait()
             exchange_stream.synchronize()
             work_stream.synchronize()
-        expect = local_with_sentinel(d, g)
-        expect[deep] *= 2.0
-        got = f.get()
-        got[deep] /= 2.0
-        if p := _wrong(d, cupy.asarray(got), g):
+        expect = expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil)
+        worked = local_with_sentinel(d, g)
+        worked[deep] += 1
+        expect[deep] = cell_bytes(np.ascontiguousarray(worked[deep]))
+        if p := describe_mismatch(f.get(), expect):
             problems.append(f"{transport}: {p}")
-        if not np.array_equal(f.get()[deep], expect[deep]):
-            problems.append(f"{transport}: the interior work on the second stream was lost")
         d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)
 
@@ -74,14 +80,32 @@ def check_graph_replays_across_gpus(comm):
                 ex.check()
                 if p := _wrong(d, f, g):
                     problems.append(f"{transport}, replay {round_}: {p}")
+        problems += _released(graph, f"{transport}, after the exchanger's close")
         d.comm.close()
+    # A graph still alive when the communicator closes: NCCL would wait for it forever; close releases it.
+    d, _, f = _setup(comm)
+    graph = HaloExchanger(d, f, "nccl").capture()
+    graph.launch(stream)
+    stream.synchronize()
+    d.comm.close()
+    problems += _released(graph, "nccl, after the communicator's close")
     assert_everywhere(comm, "\n".join(problems) or None)
+
+
+def _released(graph, when: str) -> list[str]:
+    try:
+        graph.launch()
+    except GridcommError as exc:
+        return [] if "released" in str(exc) else [f"{when}: launch() raised {exc}"]
+    return [f"{when}: the captured exchange could still be launched"]
 
 
 @ranks(only=[2])
 def check_ipc_silent_peer_times_out_then_recovers(comm):
-    """Rank 1 stays out; rank 0's GPU-side wait gives up after the timeout, wait() raises GridcommTimeout
-    naming rank 0, peer 1 and the exchange; once rank 1 joins, wait() again completes the exchange."""
+    """Rank 1 stays out; rank 0's GPU-side wait gives up after the timeout and wait() raises GridcommTimeout
+    naming rank 0, peer 1 and the exchange. That exchange is abandoned: a second wait() returns, and rank 1,
+    arriving late, is told that rank 0 gave up on it instead of going on with halos never written. The next
+    exchange is right on both ranks."""
     problems = []
     d, g, f = _setup(comm)
     ex = HaloExchanger(d, f, "ipc", timeout=TIMEOUT_S if comm.Get_rank() == 0 else None)
@@ -93,14 +117,23 @@ def check_ipc_silent_peer_times_out_then_recovers(comm):
             problems.append("no timeout although rank 1 never started the exchange")
         except Exception as exc:
             problems += describe_timeout(exc, time.monotonic() - start)
-        release(comm)
         handle.wait()
+        release(comm)
     else:
         await_release(comm)
-        ex.exchange()
+        try:
+            ex.exchange()  # the exchange rank 0 abandoned
+            problems.append("rank 1 was not told that rank 0 gave up on the exchange")
+        except GridcommTimeout as exc:
+            if exc.peers != (0,) or "gave up" not in str(exc):
+                problems.append(f"rank 1: {exc}")
+    comm.Barrier()
+    f[...] = cupy.asarray(local_with_sentinel(d, g))
+    cupy.cuda.Device().synchronize()
+    ex.exchange()
     cupy.cuda.Device().synchronize()
     if p := _wrong(d, f, g):
-        problems.append(f"after recovery: {p}")
+        problems.append(f"the exchange after the recovery: {p}")
     ex.close()
     d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)
@@ -123,11 +156,19 @@ def check_nccl_silent_peer_times_out(comm):
                 problems.append(f"GridcommTimeout {exc} after {time.monotonic() - start:.1f} s")
         except Exception as exc:
             problems.append(f"wait() raised {type(exc).__name__}: {exc}")
+        try:  # the aborted communicator is never used again, and says so
+            ex.start()
+            problems.append("start() on an exchanger whose NCCL communicator was aborted did not raise")
+        except GridcommError as exc:
+            if "aborted" not in str(exc):
+                problems.append(f"start() after the abort: {exc}")
+        ex.close()  # allowed: nothing is in flight on an aborted communicator
         release(comm)
     else:
         await_release(comm)
         nccl = d.comm.facts.pop("nccl", None)
         if nccl is not None:
             nccl.abort()
+        ex.close()
     d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)

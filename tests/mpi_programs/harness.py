@@ -77,6 +77,8 @@ class _MirroredExchanger:
             cell_bytes(h)[changed] = cell_bytes(after)[changed]
 
     def start(self, *args: Any) -> Any:
+        if self.exchanger._closed or not self.exchanger._handle.done:
+            return self.exchanger.start(*args)  # raises; an upload now would overwrite halos in flight
         self._upload()
         return _MirroredHandle(self, self.exchanger.start(*args))
 

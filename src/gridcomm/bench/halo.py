@@ -82,8 +82,8 @@ def _decomposition(comm: Communicator, case: HaloCase) -> CartesianDecomposition
 
 
 def _fields(decomposition: CartesianDecomposition, case: HaloCase, xp: Any) -> list[Any]:
-    rng = np.random.default_rng(decomposition.comm.rank)
-    return [xp.asarray(rng.random(decomposition.local_shape)) for _ in range(case.fields)]
+    rng = xp.random.RandomState(decomposition.comm.rank)  # drawn where the fields live: GB on a GPU
+    return [rng.random_sample(decomposition.local_shape) for _ in range(case.fields)]
 
 
 def _row(case: HaloCase, decomposition: CartesianDecomposition, exchanger: HaloExchanger) -> dict[str, Any]:
@@ -143,13 +143,7 @@ def run_gpu_case(
 
     decomposition = _decomposition(comm, case)
     fields = _fields(decomposition, case, cupy)
-    with HaloExchanger(decomposition, fields, "staged") as staged:  # its packer writes local buffers
-        row = _row(case, decomposition, staged)
-        local = staged.packer.local_nbytes  # copied field to field in the pack launch: read and written once
-        packed, unpacked = 2 * (staged.layout.send_nbytes + local), 2 * staged.layout.recv_nbytes
-        pack = time_gpu(comm, staged.packer.pack, samples)
-        unpack = time_gpu(comm, staged.packer.unpack, samples)
-        peers = [m.peer for m in staged.layout.sends]
+    row, peers, pack_gbps, unpack_gbps = _pack_unpack(comm, case, decomposition, fields, samples)
     timings: dict[str, Any] = {}
     for name in transports:
         with HaloExchanger(decomposition, fields, name) as exchanger:
@@ -167,7 +161,32 @@ def run_gpu_case(
         "times": {k: t.as_dict() for k, t in timings.items()},
         "best": best,
         "best_over_nccl": exchanges[best].median / timings["nccl send/recv"].median if largest else None,
-        "pack_GBps": packed / pack.median / 1e9,
-        "unpack_GBps": unpacked / unpack.median / 1e9,
+        "pack_GBps": pack_gbps,
+        "unpack_GBps": unpack_gbps,
         "hbm_copy_GBps": hbm_gbps,
     }
+
+
+def pack_unpack_gbps(comm: Communicator, case: HaloCase, samples: int) -> tuple[float, float]:
+    """The pack and unpack launches of ``case`` alone on GPU fields [GB/s, bytes read plus written]."""
+    import cupy
+
+    decomposition = _decomposition(comm, case)
+    fields = _fields(decomposition, case, cupy)
+    return _pack_unpack(comm, case, decomposition, fields, samples)[2:]
+
+
+def _pack_unpack(
+    comm: Communicator, case: HaloCase, decomposition: CartesianDecomposition, fields: list[Any], samples: int
+) -> tuple[dict[str, Any], list[int], float, float]:
+    """(the case's row, its peers, pack GB/s, unpack GB/s), timed on the packer of a staged exchanger (which
+    writes device message buffers); the field-to-field copies of the pack launch count as read and written."""
+    from .ceilings import time_gpu
+
+    with HaloExchanger(decomposition, fields, "staged") as staged:
+        row = _row(case, decomposition, staged)
+        packed = 2 * (staged.layout.send_nbytes + staged.packer.local_nbytes)
+        unpacked = 2 * staged.layout.recv_nbytes
+        pack = time_gpu(comm, staged.packer.pack, samples)
+        unpack = time_gpu(comm, staged.packer.unpack, samples)
+        return row, [m.peer for m in staged.layout.sends], packed / pack.median / 1e9, unpacked / unpack.median / 1e9

@@ -24,7 +24,11 @@ SRC, SRC_STRIDE0, SRC_STRIDE1, SRC_INDEX, DST, DST_STRIDE0, DST_STRIDE1, DST_IND
 UNIT, UNITS_PER_RUN, N1, UNITS = range(8, 12)
 TABLE_WIDTH = 12
 THREADS = 256
-UNITS_PER_BLOCK = THREADS * 8
+UNITS_PER_CHUNK = THREADS * 8  # what a block copies at a time (runs.cuh's copy_chunks)
+# The copy kernels' shape (measured by benchmarks/tune_copy.py on H200, see docs/design.md): units each
+# thread keeps in flight, and blocks per SM (each looping over chunks); 0 means one block per chunk.
+UNROLL = 1
+BLOCKS_PER_SM = 8
 
 
 def kernel_source(name: str) -> str:
@@ -32,15 +36,26 @@ def kernel_source(name: str) -> str:
     return resources.files(__package__).joinpath("kernels", name).read_text()
 
 
-@functools.cache
 def kernel(source: str, name: str) -> Any:
     """Kernel ``name`` of ``packing/kernels/<source>``, compiled once by NVRTC (its includes resolved
-    beside it)."""
+    beside it) for the current UNROLL."""
+    return _compiled(source, name, UNROLL)
+
+
+@functools.cache
+def _compiled(source: str, name: str, unroll: int) -> Any:
     import cupy
 
     folder = resources.files(__package__).joinpath("kernels")
-    module = cupy.RawModule(code=kernel_source(source), options=("-std=c++17", f"-I{folder}"))
-    return module.get_function(name)
+    options = ("-std=c++17", f"-I{folder}", f"-DUNROLL={unroll}")
+    return cupy.RawModule(code=kernel_source(source), options=options).get_function(name)
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
 def device_allocation(nbytes: int) -> Any:
@@ -126,29 +141,37 @@ class Descriptors:
 
 
 class SegmentTable:
-    """A descriptor table and its block map on the device: block b copies units
-    [block_first[b], block_first[b] + UNITS_PER_BLOCK) of segment block_segment[b]."""
+    """A descriptor table and its chunks on the device: chunk c is units [chunk_first[c], + UNITS_PER_CHUNK)
+    of segment chunk_segment[c]."""
 
     def __init__(self, rows: Descriptors) -> None:
         import cupy
 
         self._keep = rows.keep
         table = np.array(rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
-        blocks = [(s, first) for s, row in enumerate(table) for first in range(0, int(row[UNITS]), UNITS_PER_BLOCK)]
-        self.blocks = len(blocks)
+        chunks = [(s, first) for s, row in enumerate(table) for first in range(0, int(row[UNITS]), UNITS_PER_CHUNK)]
+        self.chunks = len(chunks)
         self.table = cupy.asarray(table)
-        self.block_segment = cupy.asarray(np.array([s for s, _ in blocks] or [0], dtype=np.int32))
-        self.block_first = cupy.asarray(np.array([f for _, f in blocks] or [0], dtype=np.int64))
+        self.chunk_segment = cupy.asarray(np.array([s for s, _ in chunks] or [0], dtype=np.int32))
+        self.chunk_first = cupy.asarray(np.array([f for _, f in chunks] or [0], dtype=np.int64))
 
     @property
     def args(self) -> tuple[Any, ...]:
-        """The table's kernel arguments (runs.cuh's copy_block)."""
-        return (self.table, self.block_segment, self.block_first, np.int32(UNITS_PER_BLOCK))
+        """The table's kernel arguments (runs.cuh's copy_chunks)."""
+        return (self.table, self.chunk_segment, self.chunk_first, np.int32(UNITS_PER_CHUNK), np.int32(self.chunks))
+
+    @property
+    def grid(self) -> int:
+        """Blocks to launch: one per chunk, at most BLOCKS_PER_SM per SM of the current device; at least 1."""
+        import cupy
+
+        cap = BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id) if BLOCKS_PER_SM else self.chunks
+        return max(1, min(self.chunks, cap))
 
     def copy(self, stream: Any) -> None:
         """Enqueue the copy of every row on ``stream`` (None: the current stream)."""
-        if self.blocks:
-            kernel("pack.cu", "gridcomm_copy_runs")((self.blocks,), (THREADS,), self.args, stream=stream)
+        if self.chunks:
+            kernel("pack.cu", "gridcomm_copy_runs")((self.grid,), (THREADS,), self.args, stream=stream)
 
 
 class CudaPacker:

@@ -61,6 +61,10 @@ class Channel(ABC):
     enqueued on it before ``start`` and the unpack launch after ``wait``.
     """
 
+    # True once the channel has given up on its exchange in flight (nothing will write into its buffers any
+    # more), so that the exchanger may be closed without completing it.
+    abandoned = False
+
     def before_pack(self, stream: Any, timeout: float) -> None:  # noqa: B027 (optional hook)
         """Before the pack is enqueued: make sure the destinations may be written (if the transport must)."""
 

@@ -27,8 +27,12 @@ from ..packing.cuda import THREADS, Descriptors, SegmentTable, device_allocation
 from ..packing.geometry import paired_grids
 from .base import Channel, PackerKind, Transport, wait_on_stream
 
-WAIT_CLEAR, WAIT_DATA = 1, 2
-_STEP_NAMES = {WAIT_CLEAR: "the peer to clear its halos for writing", WAIT_DATA: "the peer's halos"}
+WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in kernels/ipc.cu
+_STEP_NAMES = {
+    WAIT_CLEAR: "the GPU waited for the peer to clear its halos for writing",
+    WAIT_DATA: "the GPU waited for the peer's halos",
+    PEER_GAVE_UP: "the peer gave up (its own wait timed out), so its halos never came",
+}
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ class _IpcChannel(Channel):
         self._flags = device_allocation(16 * comm.size)  # int64 CLEAR[size] then DATA[size]
         self._flags.fill(0)
         self._epoch = cupy.zeros(1, dtype=np.int64)
-        self._finished = cupy.zeros(1, dtype=np.uint32)
+        self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
         self._arrived = cupy.cuda.Event(block=False, disable_timing=True)
         self._error_memory = cupy.cuda.alloc_pinned_memory(32)  # host-mapped: the GPU reports failed waits here
         self._error = np.frombuffer(self._error_memory, dtype=np.int64, count=4)
@@ -172,13 +176,12 @@ class _IpcChannel(Channel):
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
     def start(self, stream: Any = None) -> None:
-        # Every exchange needs a block, even one with nothing to copy: the last block signals and waits.
+        # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
         kernel("ipc.cu", "gridcomm_ipc_exchange")(
-            (max(self._table.blocks, 1),),
+            (self._table.grid,),
             (THREADS,),
             (
                 *self._table.args,
-                np.int32(self._table.blocks),
                 self._epoch,
                 self._finished,
                 self._flags,
@@ -207,7 +210,7 @@ class _IpcChannel(Channel):
             _, peer, exchange, step = (int(x) for x in self._error)
             self._error[:] = 0
             raise GridcommTimeout(
-                f"{operation}: the GPU waited for {_STEP_NAMES.get(step, 'a flag')} in exchange {exchange}",
+                f"{operation}: {_STEP_NAMES.get(step, 'a GPU-side wait failed')} in exchange {exchange}",
                 self._comm.rank,
                 [peer],
                 float(self._limit_ns) / 1e9,

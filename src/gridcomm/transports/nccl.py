@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm import Communicator
-from ..errors import GridcommTimeout
+from ..errors import GridcommError, GridcommTimeout
 from ..gpu import gpu_count, nccl_communicator
 from .base import Channel, PackerKind, Transport, wait_on_stream
 
@@ -46,13 +46,25 @@ class _NcclChannel(Channel):
         self._sends = [(packer.send_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.sends)]
         self._recvs = [(packer.recv_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.recvs)]
         self._received = cupy.cuda.Event(block=False, disable_timing=True)
+        self._aborted = ""  # why the communicator was aborted: nothing may use it afterwards
         # NCCL connects a pair of ranks on their first send/recv, and that needs both on the host: connect
         # now, while every rank is here (binding is collective), so that no exchange blocks in groupEnd.
         warm_up = cupy.cuda.Stream(non_blocking=True)
         self.start(warm_up)
         warm_up.synchronize()
 
+    def _usable(self) -> None:
+        if self._aborted:
+            raise GridcommError(
+                f"rank {self._owner.rank}: this exchanger's NCCL communicator was aborted after {self._aborted}; "
+                "its halos are undefined. Make a new HaloExchanger (NCCL cannot recover an aborted communicator)"
+            )
+
+    def before_pack(self, stream: Any, timeout: float) -> None:
+        self._usable()
+
     def start(self, stream: Any = None) -> None:
+        self._usable()
         nccl, comm, ptr = self._nccl, self._comm, stream.ptr
         nccl.groupStart()
         for address, nbytes, peer in self._recvs:
@@ -71,8 +83,11 @@ class _NcclChannel(Channel):
             self._owner.facts.pop("nccl", None)
             self._comm.abort()
             peers = sorted({p for _, _, p in self._recvs})
+            self._aborted = f"a timeout in {operation}"
+            self.abandoned = True
             return GridcommTimeout(f"{operation} (nccl; communicator aborted)", self._owner.rank, peers, elapsed)
 
+        self._usable()
         wait_on_stream(stream, self._received, timeout, silent)
 
     def close(self) -> None:

@@ -3,18 +3,21 @@
 //
 // Each rank owns an int64 flag array, mapped into every peer:
 //     flags[CLEAR + r] = the last exchange for which rank r may write into this rank's halos
-//     flags[DATA + r]  = the last exchange whose halos rank r has finished writing into this rank
+//     flags[DATA + r]  = the last exchange whose halos rank r has finished writing into this rank, negated
+//                        when rank r gave up on it (a wait of its own timed out and its copy was skipped)
 // and a device-side exchange counter (`epoch`, so that a replayed CUDA graph counts right). Exchange e:
 //   1. every block tells each source "my halos may be written" (CLEAR = e): this kernel runs after the work
 //      that read the halos of exchange e - 1, in stream order;
-//   2. each block waits until every destination has cleared exchange e, then copies its chunk;
+//   2. each block waits until every destination has cleared exchange e, then copies its chunks;
 //   3. the last block to finish (a counter) fences, sets DATA = e at every destination, and waits until
 //      every source has set DATA = e here: when the kernel ends, this rank's halos are complete.
 // Waits spin on volatile loads with a time limit read from %globaltimer; a wait that gives up records
 // [1, peer, exchange, step] in host-mapped memory, and its block skips its copy, instead of hanging the GPU.
+// The destinations then see the exchange marked abandoned and report it too: no rank goes on with halos
+// that were never written without being told.
 #include "runs.cuh"
 
-enum { WAIT_CLEAR = 1, WAIT_DATA = 2 };
+enum { WAIT_CLEAR = 1, WAIT_DATA = 2, PEER_GAVE_UP = 3 };
 
 __device__ __forceinline__ unsigned long long now_ns() {
     unsigned long long t;
@@ -22,16 +25,26 @@ __device__ __forceinline__ unsigned long long now_ns() {
     return t;
 }
 
-// Waits until flags[slot] >= value for every (slot, peer) of the list; false after limit_ns.
+__device__ void report(volatile long long* error, int peer, long long exchange, int step) {
+    error[1] = peer; error[2] = exchange; error[3] = step;
+    __threadfence_system();
+    error[0] = 1;
+}
+
+// Waits until flags[slot] >= value for every (slot, peer) of the list; false after limit_ns, or as soon as
+// a peer has marked this exchange (or a later one) abandoned, flags[slot] <= -value.
 __device__ bool wait_all(const volatile long long* flags, const int* peers, int npeers, int base, long long value,
                          unsigned long long limit_ns, volatile long long* error, int step) {
     const unsigned long long start = now_ns();
     for (int k = 0; k < npeers; ++k) {
-        while (flags[base + peers[k]] < value) {
+        long long seen;
+        while ((seen = flags[base + peers[k]]) < value) {
+            if (seen <= -value) {
+                report(error, peers[k], value, PEER_GAVE_UP);
+                return false;
+            }
             if (now_ns() - start > limit_ns) {
-                error[1] = peers[k]; error[2] = value; error[3] = step;
-                __threadfence_system();
-                error[0] = 1;
+                report(error, peers[k], value, step);
                 return false;
             }
             __nanosleep(64);
@@ -42,12 +55,12 @@ __device__ bool wait_all(const volatile long long* flags, const int* peers, int 
 
 extern "C" __global__ void gridcomm_ipc_exchange(
     const long long* __restrict__ table,       // TABLE_WIDTH entries per segment (runs.cuh)
-    const int* __restrict__ block_segment,
-    const long long* __restrict__ block_first,
-    int units_per_block,
-    int copy_blocks,                           // blocks with a chunk to copy (the grid has at least 1)
+    const int* __restrict__ chunk_segment,
+    const long long* __restrict__ chunk_first,
+    int units_per_chunk,
+    int chunks,                                // chunks to copy (0: the grid's one block only signals)
     long long* epoch,                          // exchanges done (device memory)
-    unsigned int* finished,                    // blocks done in this exchange (device memory, starts 0)
+    unsigned int* finished,                    // [blocks done, a block gave up] in this exchange (device, 0)
     long long* own_flags,                      // CLEAR[size] then DATA[size], written by the peers
     long long* const* peer_flags,              // each rank's flag array mapped here (by rank; unused: 0)
     const int* destinations, int ndest,        // ranks this rank writes into
@@ -65,21 +78,21 @@ extern "C" __global__ void gridcomm_ipc_exchange(
     }
     if (threadIdx.x == 0) {
         clear = wait_all(own_flags, destinations, ndest, 0, e, limit_ns, error, WAIT_CLEAR);
+        if (!clear) atomicExch(&finished[1], 1u);
     }
     __syncthreads();
-    if (clear && (int)blockIdx.x < copy_blocks) {  // an exchange with nothing to copy still signals
-        copy_block(table, block_segment, block_first, units_per_block, blockIdx.x);
-    }
+    if (clear) copy_chunks(table, chunk_segment, chunk_first, units_per_chunk, chunks);
     __threadfence_system();                    // this block's writes land before the count says so
     __syncthreads();
     if (threadIdx.x != 0 || atomicAdd(finished, 1u) != gridDim.x - 1) return;
 
-    // The last block: every copy of this exchange is done and visible.
-    *finished = 0;
+    // The last block: every copy of this exchange is done (or skipped) and visible.
+    finished[0] = 0;
+    const long long mark = atomicExch(&finished[1], 0u) ? -e : e;
     __threadfence_system();
     for (int k = 0; k < ndest; ++k) {
         volatile long long* flags = peer_flags[destinations[k]];
-        flags[size + rank] = e;                // DATA block (after a failed wait too: the error is reported)
+        flags[size + rank] = mark;             // DATA block, negated when a copy was skipped
     }
     wait_all(own_flags, sources, nsrc, size, e, limit_ns, error, WAIT_DATA);
     __threadfence();

@@ -14,50 +14,94 @@ enum {
     UNIT, UNITS_PER_RUN, N1, UNITS, TABLE_WIDTH
 };
 
+// One side of a segment, read from the table once into registers: the stores of a copy could alias the
+// table as far as the compiler knows, and would otherwise make it reload every column for every unit.
+struct Side {
+    char* base;
+    long long stride0, stride1;
+    const long long* index;  // row ids for row selections, else null
+
+    __device__ __forceinline__ Side(const long long* seg, int column)  // column: SRC or DST
+        : base(reinterpret_cast<char*>(seg[column])), stride0(seg[column + 1]), stride1(seg[column + 2]),
+          index(reinterpret_cast<const long long*>(seg[column + 3])) {}
+
+    __device__ __forceinline__ char* run(unsigned i0, unsigned i1) const {
+        const long long j = index ? __ldg(index + i1) : (long long)i1;
+        return base + (long long)i0 * stride0 + j * stride1;
+    }
+};
+
+// v / d for v < 2^31 without a division instruction: m = (2^32 - 1) / d, computed once per segment, gives
+// a quotient at most one too small, which one comparison corrects.
+struct Divisor {
+    unsigned d, m;
+
+    __device__ __forceinline__ explicit Divisor(unsigned divisor) : d(divisor), m(0xffffffffu / divisor) {}
+
+    __device__ __forceinline__ unsigned quotient(unsigned v) const {
+        unsigned q = __umulhi(v, m);
+        if (v - q * d >= d) ++q;
+        return q;
+    }
+};
+
+// Units each thread keeps in flight: all loads of a round are issued before its stores, so that a thread
+// waits for one memory latency per round, not per unit (set by packing/cuda.py at compile time).
+#ifndef UNROLL
+#define UNROLL 1
+#endif
+
+// Copies units [first, last) of segment `seg` with the threads of this block, in units of T.
 template <typename T>
-__device__ __forceinline__ void move(char* dst, const char* src) {
-    *reinterpret_cast<T*>(dst) = *reinterpret_cast<const T*>(src);
-}
-
-__device__ __forceinline__ long long run_offset(const long long* seg, int side, unsigned i0, unsigned i1) {
-    // side: SRC or DST; the stride and index columns follow the address column.
-    const long long* index = reinterpret_cast<const long long*>(seg[side + 3]);
-    const long long j = index ? index[i1] : (long long)i1;
-    return (long long)i0 * seg[side + 1] + j * seg[side + 2];
-}
-
-// Copies units [first, last) of segment `seg` with the threads of this block.
-__device__ __forceinline__ void copy_units(const long long* seg, long long first, long long last) {
-    char* src = reinterpret_cast<char*>(seg[SRC]);
-    char* dst = reinterpret_cast<char*>(seg[DST]);
-    const unsigned unit = (unsigned)seg[UNIT];
+__device__ __forceinline__ void copy_units_as(const long long* seg, long long first, long long last) {
+    const Side from(seg, SRC), to(seg, DST);
     const unsigned units_per_run = (unsigned)seg[UNITS_PER_RUN];
-    const unsigned n1 = (unsigned)seg[N1];
-    for (long long u = first + threadIdx.x; u < last; u += blockDim.x) {
-        // 32-bit arithmetic: the host keeps every segment under 2^31 units.
-        const unsigned v = (unsigned)u;
-        const unsigned run = units_per_run == 1 ? v : v / units_per_run;
-        const unsigned within = v - run * units_per_run;
-        const unsigned i0 = n1 == 1 ? run : run / n1;
-        const unsigned i1 = run - i0 * n1;
-        const long long at = (long long)within * unit;
-        char* d = dst + run_offset(seg, DST, i0, i1) + at;
-        const char* s = src + run_offset(seg, SRC, i0, i1) + at;
-        switch (unit) {
-            case 16: move<uint4>(d, s); break;
-            case 8: move<unsigned long long>(d, s); break;
-            case 4: move<unsigned int>(d, s); break;
-            case 2: move<unsigned short>(d, s); break;
-            default: move<unsigned char>(d, s); break;
+    const Divisor per_run(units_per_run), per_row((unsigned)seg[N1]);
+    for (long long round = first + threadIdx.x; round < last; round += UNROLL * blockDim.x) {
+        T value[UNROLL];
+        T* where[UNROLL];
+#pragma unroll
+        for (int k = 0; k < UNROLL; ++k) {
+            const long long u = round + (long long)k * blockDim.x;
+            where[k] = nullptr;
+            if (u < last) {
+                // 32-bit arithmetic: the host keeps every segment under 2^31 units.
+                const unsigned v = (unsigned)u;
+                const unsigned run = per_run.quotient(v);
+                const unsigned within = v - run * units_per_run;
+                const unsigned i0 = per_row.quotient(run);
+                const unsigned i1 = run - i0 * per_row.d;
+                const long long at = (long long)within * sizeof(T);
+                value[k] = *reinterpret_cast<const T*>(from.run(i0, i1) + at);
+                where[k] = reinterpret_cast<T*>(to.run(i0, i1) + at);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < UNROLL; ++k) {
+            if (where[k]) *where[k] = value[k];
         }
     }
 }
 
-// The chunk of the table that block `b` copies: one segment, units [first, last).
-__device__ __forceinline__ void copy_block(
-    const long long* table, const int* block_segment, const long long* block_first, int units_per_block, int b)
+__device__ __forceinline__ void copy_units(const long long* seg, long long first, long long last) {
+    switch ((unsigned)seg[UNIT]) {
+        case 16: copy_units_as<uint4>(seg, first, last); break;
+        case 8: copy_units_as<unsigned long long>(seg, first, last); break;
+        case 4: copy_units_as<unsigned int>(seg, first, last); break;
+        case 2: copy_units_as<unsigned short>(seg, first, last); break;
+        default: copy_units_as<unsigned char>(seg, first, last); break;
+    }
+}
+
+// Copies the chunks of the table, the grid's blocks taking chunks blockIdx.x, + gridDim.x, ...: chunk c is
+// units [chunk_first[c], + units_per_chunk) of segment chunk_segment[c]. A grid smaller than the chunk count
+// starts fewer blocks, each of which then pays its start and its closing fence once for several chunks.
+__device__ __forceinline__ void copy_chunks(
+    const long long* table, const int* chunk_segment, const long long* chunk_first, int units_per_chunk, int chunks)
 {
-    const long long* seg = table + (long long)block_segment[b] * TABLE_WIDTH;
-    const long long first = block_first[b];
-    copy_units(seg, first, min(first + (long long)units_per_block, seg[UNITS]));
+    for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const long long* seg = table + (long long)chunk_segment[c] * TABLE_WIDTH;
+        const long long first = chunk_first[c];
+        copy_units(seg, first, min(first + (long long)units_per_chunk, seg[UNITS]));
+    }
 }
