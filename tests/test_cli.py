@@ -42,13 +42,28 @@ def test_run_mpdata_starts_ranks_reports_and_plots(tmp_path):
     assert out.rstrip().endswith("OK") and png.stat().st_size > 10_000
 
 
-def test_run_mpdata_refuses_a_time_step_beyond_cfl():
+def test_run_spectral_reports_the_round_trip_and_the_split():
+    out = gridcomm("run", "spectral", "--grid", "O16", "--levels", "2", "--fields", "2", "--steps", "2", "--np", "3")
+    assert "T = 15" in out and "3 rank(s)" in out and "round-trip error" in out
+    assert "transposition" in out and "legendre" in out and out.rstrip().endswith("OK")
+
+
+def gridcomm_fails(*args: str) -> str:
+    """Run ``gridcomm ARGS``, which must exit non-zero; its output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
     proc = subprocess.run(
-        [sys.executable, "-m", "gridcomm", "run", "mpdata", "--grid", "O8", "--np", "1", "--dt", "1e6"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode != 0 and "violates the CFL condition" in proc.stdout + proc.stderr
+        [sys.executable, "-m", "gridcomm", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode != 0, f"gridcomm {' '.join(args)} succeeded"
+    return proc.stdout + proc.stderr
+
+
+def test_run_spectral_refuses_a_truncation_above_n_minus_1():
+    assert "N - 1 = 15" in gridcomm_fails("run", "spectral", "--grid", "O16", "--truncation", "16", "--np", "1")
+
+
+def test_run_mpdata_refuses_a_time_step_beyond_cfl():
+    assert "violates the CFL condition" in gridcomm_fails("run", "mpdata", "--grid", "O8", "--np", "1", "--dt", "1e6")
 
 
 def test_bench_mpdata_writes_results_with_machine_and_date(tmp_path):

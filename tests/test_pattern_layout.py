@@ -177,3 +177,31 @@ def test_uneven_ownership_and_c_order_ranks():
     assert ranks[3].global_slices == (slice(4, 7), slice(4, 7))
     assert ranks[0].rank_of((2, 1)) == 5
     assert ranks[0].coords_of(5) == (2, 1)
+
+
+def test_pattern_checks_receive_boxes_against_recv_shape():
+    """A transposition's pattern: send boxes lie in ``local_shape``, receive boxes in ``recv_shape``."""
+    plan = PeerPlan(1, (Box((0, 0), (2, 3)),), (Box((0, 0), (3, 2)),))
+    Pattern((2, 3), (plan,), recv_shape=(3, 2)).check_bounds()
+    with pytest.raises(PatternError, match="receive selection for peer 1"):
+        Pattern((2, 3), (plan,)).check_bounds()  # without recv_shape the (3, 2) box must fit (2, 3)
+    with pytest.raises(PatternError, match="send selection for peer 1"):
+        Pattern((2, 3), (PeerPlan(1, (Box((0, 0), (3, 2)),), ()),), recv_shape=(3, 2)).check_bounds()
+    with pytest.raises(PatternError, match="2 axes"):
+        Pattern((4,), (PeerPlan(1, (), (Box((0, 0), (1, 1)),)),)).check_bounds()
+
+
+def test_field_aligned_layout_packs_a_fields_boxes_back_to_back():
+    """align='field' pads only between fields, so a block cut into other boxes on the receiving side still
+    has the same bytes in the same places; align='segment' (halo exchanges, GPU kernels) pads every box."""
+    plan = PeerPlan(1, (Box((0,), (3,)), Box((5,), (6,))), (Box((0,), (4,)),))
+    specs = [FieldSpec(np.dtype("float32"), "C"), FieldSpec(np.dtype("int8"), "C")]
+    pattern = Pattern((8,), (plan,))
+    by_field = Layout.build(pattern, specs, align="field")
+    assert [s.offset for s in by_field.sends[0].segments] == [0, 12, 16, 19]
+    assert [s.offset for s in by_field.recvs[0].segments] == [0, 16]
+    assert by_field.sends[0].nbytes == by_field.recvs[0].nbytes == 2 * ALIGNMENT
+    by_segment = Layout.build(pattern, specs)
+    assert [s.offset for s in by_segment.sends[0].segments] == [0, 16, 32, 48]
+    with pytest.raises(ValueError, match="align"):
+        Layout.build(pattern, specs, align="none")

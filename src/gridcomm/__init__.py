@@ -14,6 +14,7 @@ from .errors import (
 from .exchange import CapturedExchange, ExchangeHandle, HaloExchanger
 from .gpu import use_local_gpu
 from .pattern import Box, Pattern, PeerPlan, Rows
+from .transpose import Transposer
 
 __all__ = [
     "Box",
@@ -31,6 +32,7 @@ __all__ = [
     "PeerPlan",
     "Rows",
     "TransportError",
+    "Transposer",
     "UnstructuredDecomposition",
     "__version__",
     "use_local_gpu",

@@ -1,18 +1,23 @@
-"""Halo exchange: a pattern, its fields, a packer and a transport bound into a reusable, asynchronous step."""
+"""Halo exchange: a pattern, its fields, a packer and a transport bound into a reusable, asynchronous step.
+
+:class:`BoundExchange` is that binding for any pattern whose sends are read from source arrays and whose
+receives are written into destination arrays; :class:`HaloExchanger` is the case destination = source, and
+:class:`gridcomm.transpose.Transposer` (all-to-all(v)) the case of separate destinations.
+"""
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
 from .comm import Communicator
 from .errors import FieldError, GridcommError, PatternError, TransportError
-from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout
+from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
 from .packing.cuda import CudaPacker
-from .pattern import Pattern
+from .pattern import Pattern, PeerPlan
 from .transports import Transport, choose
 
 
@@ -22,10 +27,28 @@ def _compatible_orders(a: Any) -> str:
     return ("C" if flags.c_contiguous else "") + ("F" if flags.f_contiguous else "")
 
 
-class ExchangeHandle:
-    """An exchange in flight: ``wait()`` completes it (received halos are in place when it returns)."""
+_SHARED_ERRORS = {cls.__name__: cls for cls in (FieldError, PatternError, TransportError, GridcommError, ValueError)}
 
-    def __init__(self, exchanger: HaloExchanger) -> None:
+
+def gather_or_raise(mpi_comm: Any, local: Any, error: Exception | None, noun: str = "fields") -> list[Any]:
+    """Collective: every rank's ``local``, in rank order, unless some rank found a problem (``error``, None if
+    none): then that rank raises its own error and every other rank an error of the same class naming it
+    ("rank 2 rejected its fields: ..."), so that no rank is left waiting in a later collective."""
+    problem = None if error is None else (type(error).__name__, str(error))
+    everyone = mpi_comm.allgather((local, problem))
+    if error is not None:
+        raise error
+    for rank, (_, problem) in enumerate(everyone):
+        if problem is not None:
+            kind, message = problem
+            raise _SHARED_ERRORS.get(kind, GridcommError)(f"rank {rank} rejected its {noun}: {message}")
+    return [rows for rows, _ in everyone]
+
+
+class ExchangeHandle:
+    """An exchange in flight: ``wait()`` completes it (received data is in place when it returns)."""
+
+    def __init__(self, exchanger: BoundExchange) -> None:
         self._exchanger = exchanger
         self.done = True
         self.stream: Any = None
@@ -69,7 +92,188 @@ class CapturedExchange:
         self._graph = self._exchanger = None
 
 
-class HaloExchanger:
+class BoundExchange:
+    """A pattern, its fields, a packer and a transport bound into a reusable, asynchronous step: what
+    :class:`HaloExchanger` and :class:`~gridcomm.transpose.Transposer` share.
+
+    Sends are read from ``sources`` and receives written into ``destinations`` (field i of one into field i
+    of the other; the same list for a halo exchange). What a rank sends itself is copied source box to
+    destination box while the messages are in flight. A subclass's constructor sets ``comm``, ``sources``,
+    ``destinations``, ``on_device``, ``transport`` and ``xp``, says what fits in ``_check_fields``, then runs
+    ``_agree_on_fields``, the pattern's ``check_matches_peers``, ``_split_own``, ``Layout.build``, ``_bind``
+    and ``_ready``: each collective step raises on every rank if any rank found a problem.
+    """
+
+    #: How a timeout names one run of this kind, e.g. "halo exchange #3 (...)".
+    _what: ClassVar[str] = "exchange"
+    #: What another rank's error says it rejected ("rank 2 rejected its fields: ...").
+    _checked: ClassVar[str] = "fields"
+
+    comm: Communicator
+    sources: list[Any]
+    destinations: list[Any]
+    on_device: bool
+    transport: Transport
+    xp: Any
+
+    def _set_timeout(self, timeout: float | None) -> None:
+        self.timeout = self.comm.timeout if timeout is None else float(timeout)
+        if self.timeout <= 0:
+            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+
+    def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """Per field on this rank: (dtype, memory orders it can be read in, trailing shape); raise FieldError
+        or PatternError for what does not fit. Local: subclasses say what fits."""
+        raise NotImplementedError
+
+    def _agree_on_fields(self) -> list[FieldSpec]:
+        """Collective: check every field here, then that all ranks pass the same number of fields, each with
+        one dtype, a common memory order and one trailing shape. Every rank raises if any rank found a problem."""
+        try:
+            local, error = self._check_fields(), None
+        except Exception as problem:  # whatever it is, every rank must hear of it (or the others would hang)
+            local, error = [], problem
+        everyone = gather_or_raise(self.comm.mpi, local, error, self._checked)
+        counts = {rank: len(rows) for rank, rows in enumerate(everyone)}
+        if len(set(counts.values())) > 1:
+            raise PatternError(f"ranks pass different numbers of fields ({counts}); every rank must pass the same list")
+        specs = []
+        for i in range(len(local)):
+            dtypes = {rows[i][0] for rows in everyone}
+            if len(dtypes) > 1:
+                raise PatternError(
+                    f"field {i} has different dtypes on different ranks ({sorted(dtypes)}); use one dtype per field"
+                )
+            common = set("CF").intersection(*(rows[i][1] for rows in everyone))
+            if not common:
+                raise PatternError(
+                    f"field {i} is C-ordered on some ranks and Fortran-ordered on others; use one order per field"
+                )
+            trailing = {rows[i][2] for rows in everyone}
+            if len(trailing) > 1:
+                raise PatternError(f"field {i} has different trailing shapes on different ranks ({sorted(trailing)})")
+            specs.append(FieldSpec(np.dtype(local[i][0]), "C" if "C" in common else "F", local[i][2]))
+        return specs
+
+    def _split_own(self, full: Pattern) -> None:
+        """``self.pattern``: ``full`` without what this rank sends itself, which goes to ``self._own`` (or None)."""
+        rank = self.comm.rank
+        self.pattern = Pattern(
+            full.local_shape, tuple(p for p in full.peers if p.rank != rank), full.trailing_axes, full.recv_shape
+        )
+        self._own: PeerPlan | None = next((p for p in full.peers if p.rank == rank), None)
+
+    def _bind(self, own: Layout | None) -> None:
+        """Make the packer the transport reads and writes through, and the transport's channel (collective).
+
+        ``own`` is the layout of what this rank sends itself (a periodic wrap over one rank), or None.
+        """
+        kind = self.transport.packer_kind(self.on_device)
+        self._local_copies: list[tuple[Any, Any]] = []
+        specs = self.layout.fields
+        # Bytes copied on the host from this rank to itself per exchange (a periodic wrap over one rank, a
+        # transposition's diagonal block); 0 for GPU fields, whose pack kernel copies them.
+        own_items = 0 if self._own is None or self.on_device else self._own.recv_size
+        self.local_copy_nbytes = sum(own_items * spec.row_items * spec.dtype.itemsize for spec in specs)
+        if self.on_device:  # the GPU kernels copy what a rank sends itself in the same launch as the rest
+            if self.destinations is not self.sources:
+                raise FieldError("exchanges into separate destination arrays are not available on the GPU yet")
+            packer: Any = DirectPacker if kind == "direct" else CudaPacker
+            self.packer = packer(self.layout, self.sources, own)
+        else:
+            if self._own is not None:  # only boxes: unstructured patterns never send to their own rank
+                self._local_copies = local_copies(self._own, specs, self.sources, self.destinations, self.xp)
+            if kind == "datatype":
+                self.packer = DatatypePacker(self.layout, self.sources, self.destinations)
+            elif kind == "direct":
+                self.packer = DirectPacker(self.layout, self.sources, destinations=self.destinations)
+            else:
+                self.packer = CopyPacker(self.layout, self.sources, self.xp, self.destinations)
+        self.channel = self.transport.bind(self.comm, self.packer, self.tag)
+
+    def _ready(self) -> None:
+        """The state of a bound exchange with nothing in flight."""
+        self.count = 0
+        self._handle = ExchangeHandle(self)
+        self._closed = False
+        self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
+
+    # -- running ----------------------------------------------------------------------------------------
+
+    def start(self, stream: Any = None) -> ExchangeHandle:
+        """Pack and post the exchange; returns a handle whose ``wait()`` completes it.
+
+        For GPU fields everything is enqueued on ``stream`` (a CuPy stream; None: the current stream), and
+        later work on that stream sees the received data once ``wait()`` has returned. Work that touches
+        neither what is received nor what is sent may run in between (for GPU fields: on another stream).
+        """
+        name = type(self).__name__
+        if self._closed:
+            raise GridcommError(f"this {name} is closed; make a new one")
+        if not self._handle.done and not self.channel.abandoned:
+            raise GridcommError(f"an exchange is already in flight on this {name}; wait() for it first")
+        if self.on_device:
+            stream = stream if stream is not None else self.xp.cuda.get_current_stream()
+            self.packer.stream = stream
+        else:
+            stream = None
+        self.channel.before_pack(stream, self.timeout)
+        self.packer.pack()
+        self.channel.start(stream)
+        copyto = self.xp.copyto
+        for dst, src in self._local_copies:  # overlaps with the messages in flight
+            copyto(dst, src)
+        self.count += 1
+        self._handle.done, self._handle.stream = False, stream
+        return self._handle
+
+    def _complete(self, stream: Any) -> None:
+        operation = f"{self._what} #{self.count} (exchanger tag {self.tag}, {len(self.sources)} field(s))"
+        self.channel.wait(self.timeout, operation, stream)
+        self.packer.unpack()
+        self.channel.finish(stream)
+
+    def exchange(self) -> None:
+        """Run the whole exchange now: ``start().wait()``."""
+        self.start().wait()
+
+    @property
+    def bytes_per_exchange(self) -> tuple[int, int]:
+        """(bytes sent, bytes received) by this rank per exchange to and from other ranks, padding included."""
+        return sum(m.nbytes for m in self.layout.sends), sum(m.nbytes for m in self.layout.recvs)
+
+    def close(self) -> None:
+        """Free requests, datatypes and buffers. The exchanger cannot be used afterwards."""
+        if self._closed:
+            return
+        if not self._handle.done and not self.channel.abandoned:
+            raise GridcommError("close() while an exchange is in flight; wait() for it first")
+        for graph in self._graphs:
+            graph.close()
+        self.channel.close()
+        self.packer.close()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # An error (a timeout, say) that leaves an exchange in flight must reach the caller unchanged, and the
+        # buffers must outlive the messages still aimed at them: the exchanger stays open, so the exchange can
+        # still be completed with wait() and the exchanger closed afterwards.
+        if exc_type is not None and not self._handle.done:
+            return
+        self.close()
+
+    def __repr__(self) -> str:
+        sent, received = self.bytes_per_exchange
+        return (
+            f"{type(self).__name__}({len(self.sources)} field(s), {len(self.layout.sends)} peer(s), transport="
+            f"{self.transport.name!r}, {sent} B sent / {received} B received per exchange)"
+        )
+
+
+class HaloExchanger(BoundExchange):
     """Exchanges the halos of several fields at once: one message per peer rank per exchange.
 
     Construction is collective over the decomposition's communicator; it checks that every rank passes
@@ -84,6 +288,8 @@ class HaloExchanger:
         timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
     """
 
+    _what = "halo exchange"
+
     def __init__(
         self,
         decomposition: Any,
@@ -92,13 +298,10 @@ class HaloExchanger:
         *,
         timeout: float | None = None,
     ) -> None:
-        self.comm: Communicator = decomposition.comm
+        self.comm = decomposition.comm
         full = decomposition.pattern()
         # What a rank sends itself (periodic wrap over one rank) is copied field to field, not sent.
-        self.pattern = Pattern(
-            full.local_shape, tuple(p for p in full.peers if p.rank != self.comm.rank), full.trailing_axes
-        )
-        self._own = next((p for p in full.peers if p.rank == self.comm.rank), None)
+        self._split_own(full)
         raw = list(fields) if isinstance(fields, list | tuple) else [fields]
         if not raw:
             raise FieldError("fields is empty; pass at least one array to exchange")
@@ -111,10 +314,9 @@ class HaloExchanger:
             raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
         self.transport = choose(transport, self.comm, self.on_device)
         self.fields = [as_array(f, f"field {i}") for i, f in enumerate(raw)]
+        self.sources = self.destinations = self.fields  # received halos are written into the fields themselves
         self.xp = array_module(self.fields[0])
-        self.timeout = self.comm.timeout if timeout is None else float(timeout)
-        if self.timeout <= 0:
-            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+        self._set_timeout(timeout)
         specs = self._agree_on_fields()
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
@@ -131,35 +333,7 @@ class HaloExchanger:
             # The fields' memory cannot be mapped by CUDA IPC (every rank raised together): the next best.
             self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
             self._bind(own)
-        self.count = 0
-        self._handle = ExchangeHandle(self)
-        self._closed = False
-        self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
-
-    def _bind(self, own: Layout | None) -> None:
-        """Make the packer the transport reads and writes through, and the transport's channel (collective).
-
-        ``own`` is the layout of what this rank sends itself (a periodic wrap over one rank), or None.
-        """
-        kind = self.transport.packer_kind(self.on_device)
-        self._local_copies: list[tuple[Any, Any]] = []
-        if self.on_device:  # the GPU kernels copy what a rank sends itself in the same launch as the rest
-            packer: Any = DirectPacker if kind == "direct" else CudaPacker
-            self.packer = packer(self.layout, self.fields, own)
-        else:
-            if self._own is not None:  # only boxes: unstructured patterns never send to their own rank
-                self._local_copies = [
-                    (f[dst.slices], f[src.slices])
-                    for f in self.fields
-                    for src, dst in zip(self._own.send, self._own.recv, strict=True)
-                ]
-            if kind == "datatype":
-                self.packer = DatatypePacker(self.layout, self.fields)
-            elif kind == "direct":
-                self.packer = DirectPacker(self.layout, self.fields)
-            else:
-                self.packer = CopyPacker(self.layout, self.fields, self.xp)
-        self.channel = self.transport.bind(self.comm, self.packer, self.tag)
+        self._ready()
 
     def _check_device(self) -> None:
         """Every field must live on this rank's current GPU (one rank per GPU: gridcomm.use_local_gpu)."""
@@ -170,6 +344,9 @@ class HaloExchanger:
                 f"rank {self.comm.rank}: fields {elsewhere} (field: GPU) are not on the current GPU {current}; "
                 "allocate them after gridcomm.use_local_gpu(comm), or make their GPU current"
             )
+
+    def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        return [self._check_field(i, f) for i, f in enumerate(self.fields)]
 
     def _check_field(self, i: int, f: Any) -> tuple[str, str, tuple[int, ...]]:
         """(dtype, memory orders it can be read in, trailing shape) of field ``i``; FieldError if it does not fit."""
@@ -191,73 +368,7 @@ class HaloExchanger:
             )
         return dtype.str, _compatible_orders(f), shape[len(expected) :]
 
-    def _agree_on_fields(self) -> list[FieldSpec]:
-        """Collective: check every field here, then that all ranks pass the same number of fields, each with
-        one dtype, a common memory order and one trailing shape. Every rank raises if any rank found a problem."""
-        try:
-            local, error = [self._check_field(i, f) for i, f in enumerate(self.fields)], None
-        except FieldError as problem:
-            local, error = [], problem
-        everyone = self.comm.mpi.allgather((local, None if error is None else str(error)))
-        if error is not None:
-            raise error
-        for rank, (_, message) in enumerate(everyone):
-            if message is not None:
-                raise FieldError(f"rank {rank} rejected its fields: {message}")
-        counts = {rank: len(rows) for rank, (rows, _) in enumerate(everyone)}
-        if len(set(counts.values())) > 1:
-            raise PatternError(f"ranks pass different numbers of fields ({counts}); every rank must pass the same list")
-        specs = []
-        for i in range(len(local)):
-            dtypes = {rows[i][0] for rows, _ in everyone}
-            if len(dtypes) > 1:
-                raise PatternError(
-                    f"field {i} has different dtypes on different ranks ({sorted(dtypes)}); use one dtype per field"
-                )
-            common = set("CF").intersection(*(rows[i][1] for rows, _ in everyone))
-            if not common:
-                raise PatternError(
-                    f"field {i} is C-ordered on some ranks and Fortran-ordered on others; use one order per field"
-                )
-            trailing = {rows[i][2] for rows, _ in everyone}
-            if len(trailing) > 1:
-                raise PatternError(f"field {i} has different trailing shapes on different ranks ({sorted(trailing)})")
-            specs.append(FieldSpec(np.dtype(local[i][0]), "C" if "C" in common else "F", local[i][2]))
-        return specs
-
-    # -- running ----------------------------------------------------------------------------------------
-
-    def start(self, stream: Any = None) -> ExchangeHandle:
-        """Pack and post the exchange; returns a handle whose ``wait()`` completes it.
-
-        For GPU fields everything is enqueued on ``stream`` (a CuPy stream; None: the current stream), and
-        later work on that stream sees the halos once ``wait()`` has returned. Work that touches neither the
-        halos nor the interior points being sent may run in between (for GPU fields: on another stream).
-        """
-        if self._closed:
-            raise GridcommError("this HaloExchanger is closed; make a new one")
-        if not self._handle.done and not self.channel.abandoned:
-            raise GridcommError("an exchange is already in flight on this HaloExchanger; wait() for it first")
-        if self.on_device:
-            stream = stream if stream is not None else self.xp.cuda.get_current_stream()
-            self.packer.stream = stream
-        else:
-            stream = None
-        self.channel.before_pack(stream, self.timeout)
-        self.packer.pack()
-        self.channel.start(stream)
-        copyto = self.xp.copyto
-        for dst, src in self._local_copies:  # overlaps with the messages in flight
-            copyto(dst, src)
-        self.count += 1
-        self._handle.done, self._handle.stream = False, stream
-        return self._handle
-
-    def _complete(self, stream: Any) -> None:
-        operation = f"halo exchange #{self.count} (exchanger tag {self.tag}, {len(self.fields)} field(s))"
-        self.channel.wait(self.timeout, operation, stream)
-        self.packer.unpack()
-        self.channel.finish(stream)
+    # -- GPU only --------------------------------------------------------------------------------------
 
     def capture(self, stream: Any = None) -> CapturedExchange:
         """Record one whole exchange in a CUDA graph (GPU fields, nccl or ipc transport); replay it with
@@ -286,47 +397,3 @@ class HaloExchanger:
         """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
         stream that replays the graph has been synchronised. Exchanges run with ``wait()`` check themselves."""
         self.channel.check(f"halo exchange (exchanger tag {self.tag}, replayed graph)")
-
-    def exchange(self) -> None:
-        """Exchange the halos now: ``start().wait()``."""
-        self.start().wait()
-
-    @property
-    def bytes_per_exchange(self) -> tuple[int, int]:
-        """(bytes sent, bytes received) by this rank per exchange to and from other ranks, padding included."""
-        return sum(m.nbytes for m in self.layout.sends), sum(m.nbytes for m in self.layout.recvs)
-
-    @property
-    def local_copy_nbytes(self) -> int:
-        """Bytes a rank copies from itself to itself per exchange (periodic wrap over a single rank)."""
-        return sum(dst.nbytes for dst, _ in self._local_copies)
-
-    def close(self) -> None:
-        """Free requests, datatypes and buffers. The exchanger cannot be used afterwards."""
-        if self._closed:
-            return
-        if not self._handle.done and not self.channel.abandoned:
-            raise GridcommError("close() while an exchange is in flight; wait() for it first")
-        for graph in self._graphs:
-            graph.close()
-        self.channel.close()
-        self.packer.close()
-        self._closed = True
-
-    def __enter__(self) -> HaloExchanger:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        # An error (a timeout, say) that leaves an exchange in flight must reach the caller unchanged, and the
-        # buffers must outlive the messages still aimed at them: the exchanger stays open, so the exchange can
-        # still be completed with wait() and the exchanger closed afterwards.
-        if exc_type is not None and not self._handle.done:
-            return
-        self.close()
-
-    def __repr__(self) -> str:
-        sent, received = self.bytes_per_exchange
-        return (
-            f"HaloExchanger({len(self.fields)} field(s), {len(self.layout.sends)} peer(s), transport="
-            f"{self.transport.name!r}, {sent} B sent / {received} B received per exchange)"
-        )

@@ -75,23 +75,42 @@ class Pattern:
 
     ``local_shape`` is the shape every field of the exchange must have on this rank; with
     ``trailing_axes`` fields may have more axes after it (e.g. levels), which travel with each row.
+    ``recv_shape`` is the shape of the arrays received selections are written into, when they are not the
+    fields that are sent from (a transposition's destinations); None: the same arrays (a halo exchange).
     """
 
     local_shape: tuple[int, ...]
     peers: tuple[PeerPlan, ...]
     trailing_axes: bool = False
+    recv_shape: tuple[int, ...] | None = None
+
+    @property
+    def destination_shape(self) -> tuple[int, ...]:
+        """The shape of the arrays the receive selections select from: ``recv_shape``, else ``local_shape``."""
+        return self.local_shape if self.recv_shape is None else self.recv_shape
 
     def check_bounds(self) -> None:
-        """Raise PatternError if a selection reaches outside ``local_shape``."""
+        """Raise PatternError if a send selection reaches outside ``local_shape``, or a receive selection
+        outside ``destination_shape`` (or a box has another number of axes than its array)."""
         for peer in self.peers:
-            for sel in peer.send + peer.recv:
-                if isinstance(sel, Rows):
-                    bad = sel.size > 0 and (sel.index.min() < 0 or sel.index.max() >= self.local_shape[0])
-                else:
-                    bounds = zip(sel.start, sel.stop, self.local_shape, strict=True)
-                    bad = any(a < 0 or b > n or a > b for a, b, n in bounds)
-                if bad:
-                    raise PatternError(f"a selection for peer {peer.rank} lies outside {self.local_shape}")
+            for which, shape, selections in (
+                ("send", self.local_shape, peer.send),
+                ("receive", self.destination_shape, peer.recv),
+            ):
+                for sel in selections:
+                    if isinstance(sel, Rows):
+                        bad = sel.size > 0 and (sel.index.min() < 0 or sel.index.max() >= shape[0])
+                    elif len(sel.start) != len(shape) or len(sel.stop) != len(shape):
+                        raise PatternError(
+                            f"a {which} box for peer {peer.rank} ({sel}) has {len(sel.start)} axes, but its "
+                            f"array has {len(shape)} {shape}; give start and stop for every axis"
+                        )
+                    else:
+                        bounds = zip(sel.start, sel.stop, shape, strict=True)
+                        bad = any(a < 0 or b > n or a > b for a, b, n in bounds)
+                    if bad:
+                        where = sel if isinstance(sel, Box) else "rows"
+                        raise PatternError(f"a {which} selection for peer {peer.rank} ({where}) lies outside {shape}")
 
     def check_matches_peers(self, mpi_comm) -> None:
         """Collective: raise PatternError on every rank if some pair of ranks disagrees on a message size.

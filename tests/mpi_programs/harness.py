@@ -26,20 +26,21 @@ DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
 # Every correctness check runs over each of these. On the host: the four configurations of the MPI
 # transport, cma, and "auto" (whatever gridcomm picks here); the property test also draws "mpi" (the name,
 # default options). On the GPU: every GPU transport usable here (mpi only where MPI is CUDA-aware).
+HOST_TRANSPORTS: dict[str, Any] = {
+    "p2p/datatype": MpiTransport(method="p2p", packing="datatype"),
+    "p2p/copy": MpiTransport(method="p2p", packing="copy"),
+    "neighbor/datatype": MpiTransport(method="neighbor", packing="datatype"),
+    "neighbor/copy": MpiTransport(method="neighbor", packing="copy"),
+    "cma": "cma",
+    "auto": "auto",
+}
 if ON_GPU:
     TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
     if gridcomm.comm.mpi_cuda_aware():
         TRANSPORTS["mpi"] = "mpi"
     TRANSPORT_CHOICES: dict[str, Any] = dict(TRANSPORTS)
 else:
-    TRANSPORTS = {
-        "p2p/datatype": MpiTransport(method="p2p", packing="datatype"),
-        "p2p/copy": MpiTransport(method="p2p", packing="copy"),
-        "neighbor/datatype": MpiTransport(method="neighbor", packing="datatype"),
-        "neighbor/copy": MpiTransport(method="neighbor", packing="copy"),
-        "cma": "cma",
-        "auto": "auto",
-    }
+    TRANSPORTS = HOST_TRANSPORTS
     TRANSPORT_CHOICES = {**TRANSPORTS, "mpi": "mpi"}
 
 

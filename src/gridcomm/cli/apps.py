@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .common import console, progress, table
+from .common import console, step_progress, table
 
 apps_app = typer.Typer(
     no_args_is_help=True,
@@ -22,7 +22,7 @@ def _group() -> None:
 
 
 #: What ``gridcomm run`` accepts in place of a command.
-APPS = ("mpdata", "stencil2d")
+APPS = ("mpdata", "spectral", "stencil2d")
 
 
 @apps_app.command("mpdata")
@@ -48,12 +48,7 @@ def mpdata(
             f"MPDATA on {grid}, {levels} level(s), alpha = {alpha:g} rad, {revolutions:g} revolution(s), "
             f"{comm.size} rank(s) (equal-regions parts, 2 halo layers, 2 exchanges per step)"
         )
-    with progress(say) as bar:
-        task = bar.add_task("time steps", total=None)
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with step_progress(say, "time steps") as advance:
         r = run_mpdata(
             comm,
             grid,
@@ -114,12 +109,7 @@ def stencil2d(
     check_dtype(dtype)
     comm = Communicator()
     say = comm.rank == 0
-    with progress(say) as bar:
-        task = bar.add_task("Jacobi steps", total=steps)
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done)
-
+    with step_progress(say, "Jacobi steps") as advance:
         r = run_stencil2d(
             comm, n, steps, mode, "cupy" if on_gpu else "numpy", dtype=dtype, transport=transport, halo=halo,
             check=check, progress=advance,
@@ -145,3 +135,41 @@ def stencil2d(
     comm.close()
     if r["checked"] and not r["bitwise_equal"]:
         raise typer.Exit(1)
+
+
+@apps_app.command("spectral")
+def spectral(
+    grid: Annotated[str, typer.Option(help="Octahedral grid, e.g. O160 (4N(N+9) points, 2N latitude rows).")] = "O160",
+    truncation: Annotated[int | None, typer.Option(help="Truncation T <= N - 1.", show_default="N - 1")] = None,
+    levels: Annotated[int, typer.Option(help="Vertical levels of each 3-D field.")] = 10,
+    fields: Annotated[int, typer.Option(help="3-D fields (a surface field is added).")] = 3,
+    steps: Annotated[int, typer.Option(help="Steps, each one inverse and one direct transform.")] = 20,
+    transport: Annotated[str, typer.Option(help="Transposition transport: auto, or a name.")] = "auto",
+) -> None:
+    """The spectral-transform dwarf: spherical harmonics <-> octahedral grid, distributed by wavenumber and
+    latitude band with a transposition in between; prints the round-trip error and the time split."""
+    from ..apps.spectral.dwarf import run_spectral
+    from ..comm import Communicator
+
+    comm = Communicator()
+    say = comm.rank == 0
+    with step_progress(say, "transform steps") as advance:
+        r = run_spectral(
+            comm, grid, truncation=truncation, levels=levels, fields=fields, steps=steps, transport=transport,
+            progress=advance,
+        )  # fmt: skip
+    if say:
+        console.print(
+            f"spherical-harmonic transform on {r['grid']} ({r['points']} points), T = {r['truncation']}, "
+            f"{r['fields']} field(s) x {r['levels']} level(s) + 1 surface field, {r['ranks']} rank(s), "
+            f"transport {r['transport']}"
+        )
+        step = r["time_per_step_s"]
+        rows = [["round-trip error (max |a - direct(inverse(a))| / max |a|)", f"{r['round_trip_error']:.2e}"]]
+        rows.append(["time per step (slowest rank)", f"{step * 1e3:.2f} ms"])
+        for phase, seconds in r["split_s"].items():
+            rows.append([f"  {phase} (slowest rank)", f"{seconds * 1e3:.2f} ms ({100 * seconds / step:.0f} %)"])
+        console.print(table("result", ["", ""], rows))
+        ok = r["round_trip_error"] < 1e-10
+        console.print("OK" if ok else "[red]the round trip does not return the coefficients")
+    comm.close()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -77,3 +78,15 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> 
     for row in rows:
         t.add_row(*row)
     return t
+
+
+@contextlib.contextmanager
+def step_progress(show: bool, label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on the printing rank; yields the ``progress(done, total)`` callback the dwarfs call."""
+    with progress(show) as bar:
+        task = bar.add_task(label, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance

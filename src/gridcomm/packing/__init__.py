@@ -1,6 +1,6 @@
 """Packing: gathering the selected elements of many fields into per-peer messages, and back."""
 
-from .copy import CopyPacker
+from .copy import CopyPacker, local_copies
 from .datatype import DatatypePacker
 from .direct import DirectPacker
 from .geometry import RunGrid, run_grid
@@ -15,5 +15,6 @@ __all__ = [
     "PeerMessage",
     "RunGrid",
     "Segment",
+    "local_copies",
     "run_grid",
 ]

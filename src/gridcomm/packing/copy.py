@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..pattern import Rows
-from .layout import Layout, PeerMessage
+from ..pattern import Box, PeerPlan, Rows
+from .layout import FieldSpec, Layout, PeerMessage
 
 
 def _segment_view(buffer: Any, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...], order: str) -> Any:
@@ -25,23 +25,28 @@ def _put_rows(field: Any, index: Any, packed: Any) -> None:
 
 
 class CopyPacker:
-    """Packs fields into one send buffer and unpacks one receive buffer into them.
+    """Packs fields into one send buffer and unpacks one receive buffer into them (or into other arrays).
 
     Args:
         layout: the byte layout of the exchange's messages.
-        fields: the arrays, in the layout's field order, all from array module ``xp``.
+        fields: the arrays sent from, in the layout's field order, all from array module ``xp``.
         xp: numpy or cupy.
+        destinations: the arrays received into, field for field (a transposition's); None: ``fields``
+            themselves (a halo exchange).
     """
 
     copies_data = True
 
-    def __init__(self, layout: Layout, fields: Sequence[Any], xp: Any) -> None:
+    def __init__(
+        self, layout: Layout, fields: Sequence[Any], xp: Any, destinations: Sequence[Any] | None = None
+    ) -> None:
         self.xp = xp
         self.layout = layout
         self.send_buffer = xp.empty(max(layout.send_nbytes, 1), dtype=np.uint8)
         self.recv_buffer = xp.empty(max(layout.recv_nbytes, 1), dtype=np.uint8)
+        received = fields if destinations is None else destinations
         self._pack = self._copies(layout.sends, self.send_buffer, fields, into_buffer=True)
-        self._unpack = self._copies(layout.recvs, self.recv_buffer, fields, into_buffer=False)
+        self._unpack = self._copies(layout.recvs, self.recv_buffer, received, into_buffer=False)
 
     def _copies(
         self, messages: Sequence[PeerMessage], buffer: Any, fields: Sequence[Any], into_buffer: bool
@@ -75,7 +80,7 @@ class CopyPacker:
             copy()
 
     def unpack(self) -> None:
-        """Copy the receive buffer into every receive selection."""
+        """Copy the receive buffer into every receive selection (of the destinations)."""
         for copy in self._unpack:
             copy()
 
@@ -91,3 +96,39 @@ class CopyPacker:
 
     def close(self) -> None:
         self._pack, self._unpack = [], []
+
+
+def local_copies(
+    plan: PeerPlan, specs: Sequence[FieldSpec], sources: Sequence[Any], destinations: Sequence[Any], xp: Any
+) -> list[tuple[Any, Any]]:
+    """What a rank sends itself, as (destination view, source view) pairs to ``xp.copyto`` in this order.
+
+    ``plan`` lists the boxes sent (from ``sources``) and received (into ``destinations``), per field. Boxes
+    that pair one to one with equal shapes are copied view to view, with no buffer (a halo exchange's periodic
+    wrap over one rank, a transposition's diagonal block). Otherwise the boxes' elements go through a scratch
+    array per field, in the agreed memory order, exactly as a message to another rank would carry them.
+    """
+    if not all(isinstance(sel, Box) for sel in plan.send + plan.recv):
+        raise ValueError("a rank can only send itself boxes (unstructured patterns never do)")
+    if len(plan.send) == len(plan.recv) and all(s.shape == r.shape for s, r in zip(plan.send, plan.recv, strict=True)):
+        return [
+            (dst[r.slices], src[s.slices])
+            for src, dst in zip(sources, destinations, strict=True)
+            for s, r in zip(plan.send, plan.recv, strict=True)
+        ]
+    copies = []
+    for spec, src, dst in zip(specs, sources, destinations, strict=True):
+        scratch = xp.empty(max(plan.send_size, 1), dtype=spec.dtype)
+        sent, received = _pieces(scratch, plan.send, spec.order), _pieces(scratch, plan.recv, spec.order)
+        copies += [(piece, src[box.slices]) for piece, box in zip(sent, plan.send, strict=True)]
+        copies += [(dst[box.slices], piece) for piece, box in zip(received, plan.recv, strict=True)]
+    return copies
+
+
+def _pieces(scratch: Any, boxes: Sequence[Box], order: str) -> list[Any]:
+    """Consecutive views of the 1-D ``scratch``, one per box, shaped like it in memory order ``order``."""
+    views, offset = [], 0
+    for box in boxes:
+        views.append(scratch[offset : offset + box.size].reshape(box.shape, order=order))
+        offset += box.size
+    return views

@@ -57,14 +57,20 @@ def _selection_type(shape: tuple[int, ...], spec: FieldSpec, sel: Selection) -> 
 
 
 class DatatypePacker:
-    """Per-peer MPI datatypes over the fields themselves; ``pack`` and ``unpack`` have nothing to do."""
+    """Per-peer MPI datatypes over the fields themselves; ``pack`` and ``unpack`` have nothing to do.
+
+    Args:
+        layout: the byte layout of the exchange's messages (the order MPI traverses the selections in).
+        fields: the arrays sent from, in the layout's field order.
+        destinations: the arrays received into, field for field; None: ``fields`` themselves.
+    """
 
     copies_data = False
 
-    def __init__(self, layout: Layout, fields: Sequence[Any]) -> None:
+    def __init__(self, layout: Layout, fields: Sequence[Any], destinations: Sequence[Any] | None = None) -> None:
         self.layout = layout
         self._sends = [self._datatype(m, fields) for m in layout.sends]
-        self._recvs = [self._datatype(m, fields) for m in layout.recvs]
+        self._recvs = [self._datatype(m, fields if destinations is None else destinations) for m in layout.recvs]
 
     def _datatype(self, message: PeerMessage, fields: Sequence[Any]) -> Any:
         from mpi4py import MPI

@@ -55,7 +55,14 @@ class PeerMessage:
 
 @dataclass(frozen=True)
 class Layout:
-    """Byte layout of the send and receive buffers of an exchange: field-major inside each peer's message."""
+    """Byte layout of the send and receive buffers of an exchange: field-major inside each peer's message.
+
+    With ``align="segment"`` (a halo exchange) every selection starts on an ALIGNMENT boundary: typed views
+    stay aligned and the GPU kernels can use vector loads, but sender and receiver must cut a message into
+    selections of the same sizes. With ``align="field"`` (a transposition) only each field's part of a message
+    does; its selections follow each other without padding, so that a block may be cut into other boxes on
+    the receiving side than on the sending side (each selection still starts on a multiple of its itemsize).
+    """
 
     fields: tuple[FieldSpec, ...]
     sends: tuple[PeerMessage, ...]
@@ -64,14 +71,16 @@ class Layout:
     recv_nbytes: int
 
     @classmethod
-    def build(cls, pattern: Pattern, fields: Sequence[FieldSpec]) -> Layout:
-        sends, send_total = cls._messages(pattern, fields, [(p.rank, p.send) for p in pattern.peers])
-        recvs, recv_total = cls._messages(pattern, fields, [(p.rank, p.recv) for p in pattern.peers])
+    def build(cls, pattern: Pattern, fields: Sequence[FieldSpec], align: str = "segment") -> Layout:
+        if align not in ("segment", "field"):
+            raise ValueError(f"Layout.build(align={align!r}): use 'segment' or 'field'")
+        sends, send_total = cls._messages(fields, [(p.rank, p.send) for p in pattern.peers], align)
+        recvs, recv_total = cls._messages(fields, [(p.rank, p.recv) for p in pattern.peers], align)
         return cls(tuple(fields), sends, recvs, send_total, recv_total)
 
     @staticmethod
     def _messages(
-        pattern: Pattern, fields: Sequence[FieldSpec], selections: list[tuple[int, tuple[Selection, ...]]]
+        fields: Sequence[FieldSpec], selections: list[tuple[int, tuple[Selection, ...]]], align: str
     ) -> tuple[tuple[PeerMessage, ...], int]:
         messages, offset = [], 0
         for peer, chosen in selections:
@@ -80,7 +89,8 @@ class Layout:
                 for sel in chosen:
                     nbytes = sel.size * spec.row_items * spec.dtype.itemsize
                     segments.append(Segment(f, sel, offset, nbytes))
-                    offset = _align(offset + nbytes)
+                    offset = _align(offset + nbytes) if align == "segment" else offset + nbytes
+                offset = _align(offset)
             if segments:
                 messages.append(PeerMessage(peer, start, offset - start, tuple(segments)))
         return tuple(messages), offset

@@ -1,0 +1,369 @@
+"""All-to-all(v) transpositions: blocks of source arrays sent to every rank, landing in destination arrays.
+
+A :class:`Transposer` is a :class:`~gridcomm.exchange.BoundExchange` whose pattern comes from a plan of blocks
+(which box of the sources goes to which rank, where each rank's blocks land in the destinations) instead of a
+decomposition's halos, and whose receives are written into other arrays than its sends are read from. It
+runs on the same packers and transports as the halo exchanger: one message per peer carrying every field,
+the rank's own block copied source to destination while the messages are in flight.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arrays import as_array, check_dtype, is_device_array, memory_order
+from .comm import Communicator
+from .errors import FieldError, PatternError
+from .exchange import BoundExchange, _compatible_orders, gather_or_raise
+from .packing import FieldSpec, Layout, run_grid
+from .pattern import Box, Pattern, PeerPlan
+from .transports import Transport, choose
+
+Blocks = Mapping[int, Box | Sequence[Box]]
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """``from_counts``'s arguments for one direction, turned into boxes once the arrays' shape is known."""
+
+    name: str  # "send" or "recv"
+    counts: Any
+    displs: Any
+
+    def blocks(self, shape: tuple[int, ...], size: int) -> dict[int, tuple[Box, ...]]:
+        counts = self._integers(f"{self.name}_counts", self.counts, size)
+        if self.displs is None:  # packed one after the other, in rank order
+            displs = [0, *np.cumsum(counts[:-1]).tolist()]
+        else:
+            displs = self._integers(f"{self.name}_displs", self.displs, size)
+        rest = tuple(shape[1:])
+        zeros = (0,) * len(rest)
+        return {r: (Box((d, *zeros), (d + c, *rest)),) for r, (c, d) in enumerate(zip(counts, displs, strict=True))}
+
+    @staticmethod
+    def _integers(name: str, values: Any, size: int) -> list[int]:
+        """``values`` as ``size`` non-negative ints, else PatternError naming ``name``."""
+        try:
+            items = [operator.index(v) for v in values]
+        except TypeError:
+            raise PatternError(
+                f"{name} must be a sequence of integers (numbers of first-axis entries), one per rank; got {values!r}"
+            ) from None
+        if len(items) != size:
+            raise PatternError(f"{name} has {len(items)} entries, but the communicator has {size} ranks; give one each")
+        negative = [(r, v) for r, v in enumerate(items) if v < 0]
+        if negative:
+            r, v = negative[0]
+            raise PatternError(f"{name}[{r}] = {v} is negative; counts and displacements are >= 0 (first-axis entries)")
+        return items
+
+
+def _blocks(name: str, given: Any, shape: tuple[int, ...], size: int) -> dict[int, tuple[Box, ...]]:
+    """``send`` or ``recv`` as {peer: boxes}, checked; PatternError naming what is wrong."""
+    if isinstance(given, _Counts):
+        return given.blocks(shape, size)
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise PatternError(f"{name} must map peer ranks to a Box or a sequence of Boxes; got a {type(given).__name__}")
+    blocks = {}
+    for key, value in given.items():
+        try:
+            peer = operator.index(key)
+        except TypeError:
+            raise PatternError(f"{name} has the key {key!r}; its keys are peer ranks (integers)") from None
+        if not 0 <= peer < size:
+            raise PatternError(f"{name} names rank {peer}, but the communicator has ranks 0..{size - 1}")
+        boxes = (value,) if isinstance(value, Box) else value
+        if not isinstance(boxes, Sequence) or not all(isinstance(b, Box) for b in boxes):
+            raise PatternError(
+                f"{name}[{peer}] must be a gridcomm.Box or a sequence of Boxes; got {type(value).__name__}"
+            )
+        blocks[peer] = tuple(_checked_box(f"{name}[{peer}]", b, shape) for b in boxes)
+    return blocks
+
+
+def _checked_box(what: str, box: Box, shape: tuple[int, ...]) -> Box:
+    """``box`` with integer corners, one per axis of an array of ``shape``; PatternError otherwise."""
+    if len(box.start) != len(shape) or len(box.stop) != len(shape):
+        raise PatternError(
+            f"{what} holds {box}, but its arrays have {len(shape)} axes {shape}; give start and stop for every axis"
+        )
+    try:
+        return Box(tuple(operator.index(a) for a in box.start), tuple(operator.index(b) for b in box.stop))
+    except TypeError:
+        raise PatternError(f"{what} holds {box}, whose corners are not all integers") from None
+
+
+def _first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
+    """Indices (i < j) of two non-empty boxes that share an element, or None when none do."""
+    if len(boxes) < 2:
+        return None
+    start = np.array([b.start for b in boxes], dtype=np.int64)
+    stop = np.array([b.stop for b in boxes], dtype=np.int64)
+    later = np.arange(len(boxes))
+    for first in range(0, len(boxes), 256):  # 256 boxes against all at a time: bounded memory
+        s, e = start[first : first + 256, None, :], stop[first : first + 256, None, :]
+        hit = ((s < stop[None]) & (start[None] < e)).all(axis=2)
+        hit &= later[first : first + 256, None] < later[None, :]
+        found = np.argwhere(hit)
+        if len(found):
+            return first + int(found[0, 0]), int(found[0, 1])
+    return None
+
+
+def _as_list(arrays: Any) -> list[Any]:
+    return list(arrays) if isinstance(arrays, list | tuple) else [arrays]
+
+
+class Transposer(BoundExchange):
+    """A planned all-to-all(v): blocks of the source arrays go to other ranks and land in destination arrays.
+
+    Built once (collective over ``comm``), run many times: ``exchange()``, or ``start()`` and the handle's
+    ``wait()`` with work in between. Every field travels in one message per peer; a rank's block to itself
+    is copied source box to destination box. Construction checks the plan on every rank and raises on every
+    rank if any rank finds a problem (bad boxes, sizes that disagree between two ranks, mismatched fields).
+
+    Args:
+        comm: an mpi4py communicator, a :class:`~gridcomm.Communicator`, or None for COMM_WORLD.
+        send: ``{peer rank: Box or sequence of Boxes}`` of the source arrays to send to that rank; the blocks
+            of a peer are sent in the order given, each in the fields' memory order (C: last axis fastest).
+        recv: ``{peer rank: Box or sequence of Boxes}`` of the destination arrays where that rank's blocks
+            land, in the order it sends them. A receive box may have another shape than the box sent to it
+            (the elements fill it in memory order) but must hold as many elements; receive boxes must not
+            overlap. Peers left out, and empty boxes, exchange nothing.
+        sources: one array or a sequence of arrays (the fields), all of one shape on this rank.
+        destinations: as many arrays as ``sources``, all of one shape on this rank (may differ from the
+            sources'); destination i has the dtype and memory order (C or F) of source i, and no destination
+            shares memory with a source or another destination. Sources may be read-only.
+        transport: ``"auto"``, ``"mpi"``, ``"cma"`` or a configured Transport (e.g. ``MpiTransport(method=
+            "neighbor", packing="datatype")``), as for HaloExchanger.
+        timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
+
+    Host (NumPy) arrays only so far: GPU arrays raise FieldError.
+    """
+
+    _what = "transposition"
+    _checked = "arguments"
+
+    def __init__(
+        self,
+        comm: Any,
+        send: Blocks | None,
+        recv: Blocks | None,
+        sources: Any,
+        destinations: Any,
+        transport: str | Transport = "auto",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self.comm = Communicator.wrap(comm)
+        self._plan = (send, recv)
+        raw_sources, raw_destinations = _as_list(sources), _as_list(destinations)
+        try:
+            self._check_arguments(raw_sources, raw_destinations, timeout)
+            problem = None
+        except Exception as error:  # every rank must hear of it, or the others would wait for this one
+            problem = error
+        gather_or_raise(self.comm.mpi, None, problem, "arguments")
+        self.on_device = False
+        self.transport = choose(transport, self.comm, self.on_device)
+        self._raw = (raw_sources, raw_destinations)
+        self.xp = np
+        specs = self._agree_on_fields()  # also builds and checks the plan: self._full
+        full = self._full
+        full.check_matches_peers(self.comm.mpi)
+        self._fall_back_unless_runs(transport)
+        self._split_own(full)
+        self.layout = Layout.build(self.pattern, specs, align="field")  # blocks may be cut differently
+        self.tag = self.comm.new_tag()
+        self._bind(None)
+        self._ready()
+        del self._raw, self._plan
+
+    @classmethod
+    def from_counts(
+        cls,
+        comm: Any,
+        send_counts: Sequence[int],
+        send_displs: Sequence[int] | None,
+        recv_counts: Sequence[int],
+        recv_displs: Sequence[int] | None,
+        sources: Any,
+        destinations: Any,
+        transport: str | Transport = "auto",
+        *,
+        timeout: float | None = None,
+    ) -> Transposer:
+        """MPI_Alltoallv's plan: ``send_counts[r]`` entries of the sources' first axis, from entry
+        ``send_displs[r]`` on, go to rank r, and rank r's entries land at ``recv_displs[r]`` of the
+        destinations' first axis (``recv_counts[r]`` of them). Counts and displacements are in first-axis
+        entries (elements of 1-D arrays; every trailing axis travels with its entry, so sources and
+        destinations must have the same trailing shape); one per rank; counts may be zero. Displacements
+        None: the blocks lie one after the other in rank order. The other arguments are as for the
+        constructor."""
+        return cls(
+            comm,
+            _Counts("send", send_counts, send_displs),  # type: ignore[arg-type]
+            _Counts("recv", recv_counts, recv_displs),  # type: ignore[arg-type]
+            sources,
+            destinations,
+            transport,
+            timeout=timeout,
+        )
+
+    # -- construction -----------------------------------------------------------------------------------
+
+    def _check_arguments(self, sources: list[Any], destinations: list[Any], timeout: float | None) -> None:
+        """Local checks of the arguments' form, before anything collective depends on them."""
+        if not sources:
+            raise FieldError("sources is empty; pass at least one array to transpose")
+        if len(sources) != len(destinations):
+            raise FieldError(
+                f"{len(sources)} source(s) but {len(destinations)} destination(s); pass one destination per source"
+            )
+        if any(is_device_array(a) for a in sources + destinations):
+            raise FieldError(
+                "Transposer on GPU arrays is not available yet (the GPU path comes later); pass NumPy arrays"
+            )
+        self._set_timeout(timeout)
+
+    def _array(self, a: Any, what: str, shape: tuple[int, ...] | None) -> tuple[Any, np.dtype]:
+        """``a`` as a NumPy array with its dtype, checked: contiguous, at least 1-D, of ``shape`` (if given)."""
+        a = as_array(a, what)
+        dtype = check_dtype(a.dtype, what)
+        if a.ndim == 0:
+            raise FieldError(f"{what} is 0-dimensional; pass arrays with at least one axis")
+        if shape is not None and tuple(a.shape) != shape:
+            first = what.split()[0]
+            raise FieldError(
+                f"{what} has shape {tuple(a.shape)} on rank {self.comm.rank}, but {first} 0 has {shape}; all "
+                f"{first}s of a Transposer share one shape"
+            )
+        memory_order(a, what)  # raises for a strided view
+        return a, dtype
+
+    def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """Local: the arrays (shapes, dtypes, orders, memory) and the plan (boxes, bounds, overlaps)."""
+        raw_sources, raw_destinations = self._raw
+        sources, destinations, rows = [], [], []
+        for i, (s, d) in enumerate(zip(raw_sources, raw_destinations, strict=True)):
+            src, src_dtype = self._array(s, f"source {i}", tuple(sources[0].shape) if sources else None)
+            dst, dst_dtype = self._array(d, f"destination {i}", tuple(destinations[0].shape) if destinations else None)
+            if src_dtype != dst_dtype:
+                raise FieldError(
+                    f"source {i} has dtype {src_dtype} but destination {i} has {dst_dtype}; a transposition moves "
+                    "bytes, it does not convert: give them one dtype"
+                )
+            orders = "".join(sorted(set(_compatible_orders(src)) & set(_compatible_orders(dst))))
+            if not orders:
+                raise FieldError(
+                    f"source {i} is {'C' if src.flags.c_contiguous else 'Fortran'}-ordered but destination {i} is "
+                    "not; give them one memory order (np.ascontiguousarray / np.asfortranarray)"
+                )
+            if not dst.flags.writeable:
+                raise FieldError(
+                    f"destination {i} is read-only (flags.writeable is False), but received blocks are written "
+                    "into it; pass a writable array"
+                )
+            sources.append(src)
+            destinations.append(dst)
+            rows.append((src_dtype.str, orders, ()))
+        for j, dst in enumerate(destinations):
+            for what, other in [(f"source {i}", s) for i, s in enumerate(sources)] + [
+                (f"destination {i}", d) for i, d in enumerate(destinations[:j])
+            ]:
+                if np.may_share_memory(dst, other):
+                    raise FieldError(
+                        f"destination {j} shares memory with {what}; a transposition cannot work in place: pass "
+                        "separate destination arrays"
+                    )
+        self.sources, self.destinations = sources, destinations
+        self._full = self._build_pattern(tuple(sources[0].shape), tuple(destinations[0].shape))
+        self._runs_problem = self._runs_problem_of(self._full, rows)
+        return rows
+
+    def _build_pattern(self, source_shape: tuple[int, ...], destination_shape: tuple[int, ...]) -> Pattern:
+        """The plan as a Pattern (peers in rank order, empty boxes dropped), bounds and overlaps checked."""
+        size = self.comm.size
+        send, recv = self._plan
+        if isinstance(send, _Counts) != isinstance(recv, _Counts):
+            raise PatternError("give both send and recv as counts (from_counts), or both as boxes")
+        if isinstance(send, _Counts) and source_shape[1:] != destination_shape[1:]:
+            raise FieldError(
+                f"from_counts moves first-axis entries, but the sources' trailing shape {source_shape[1:]} is not "
+                f"the destinations' {destination_shape[1:]}; give them the same axes after the first"
+            )
+        sends = _blocks("send", send, source_shape, size)
+        recvs = _blocks("recv", recv, destination_shape, size)
+        peers = []
+        for peer in sorted(set(sends) | set(recvs)):
+            out = tuple(b for b in sends.get(peer, ()) if b.size > 0)
+            into = tuple(b for b in recvs.get(peer, ()) if b.size > 0)
+            if out or into:
+                peers.append(PeerPlan(peer, out, into))
+        pattern = Pattern(source_shape, tuple(peers), recv_shape=destination_shape)
+        pattern.check_bounds()
+        landing = [(p.rank, box) for p in pattern.peers for box in p.recv]
+        overlap = _first_overlap([box for _, box in landing])
+        if overlap is not None:
+            (p, a), (q, b) = landing[overlap[0]], landing[overlap[1]]
+            raise PatternError(
+                f"receive boxes overlap in the destinations: {a} (from rank {p}) and {b} (from rank {q}); each "
+                "destination element may be written by one block only"
+            )
+        return pattern
+
+    def _runs_problem_of(self, pattern: Pattern, rows: list[tuple[str, str, tuple[int, ...]]]) -> str | None:
+        """Why some box cannot be described as memory runs (what transports that copy between the arrays
+        directly, e.g. cma, need: at most 2 axes outside the contiguous runs), or None."""
+        for dtype, orders, _ in rows:
+            for order in orders:
+                spec = FieldSpec(np.dtype(dtype), order)
+                for peer in pattern.peers:
+                    for shape, boxes in ((pattern.local_shape, peer.send), (pattern.destination_shape, peer.recv)):
+                        for box in boxes:
+                            try:
+                                run_grid(shape, spec, box)
+                            except ValueError as error:
+                                return f"rank {self.comm.rank}: {box} of an array of shape {shape}: {error}"
+        return None
+
+    def _fall_back_unless_runs(self, transport: str | Transport) -> None:
+        """Collective: a transport that copies between the arrays directly needs every box as memory runs;
+        where some box is not, 'auto' takes the next transport and a named one raises PatternError."""
+        if self.transport.packer_kind(False) != "direct":
+            return
+        problems = [p for p in self.comm.mpi.allgather(self._runs_problem) if p]
+        if not problems:
+            return
+        if transport == "auto":
+            self.transport = choose("auto", self.comm, False, exclude=(self.transport.name,))
+            return
+        raise PatternError(
+            f"transport {self.transport.name!r} copies between the arrays directly and cannot describe {problems[0]}; "
+            "use transport='mpi' (or boxes spanning the last axes fully)"
+        )
+
+    @property
+    def elements_per_exchange(self) -> tuple[int, int]:
+        """(elements sent, elements received) per field by this rank per exchange, its own block included."""
+        own = [] if self._own is None else [self._own]
+        peers = list(self.pattern.peers) + own
+        return sum(p.send_size for p in peers), sum(p.recv_size for p in peers)
+
+    def __repr__(self) -> str:
+        sent, received = self.bytes_per_exchange
+        return (
+            f"Transposer({len(self.sources)} field(s) {self.pattern.local_shape} -> {self.pattern.destination_shape}, "
+            f"{len(self.layout.sends)} peer(s), transport={self.transport.name!r}, {sent} B sent / {received} B "
+            f"received per exchange, {self.local_copy_nbytes} B copied locally)"
+        )
+
+
+__all__ = ["Transposer"]
