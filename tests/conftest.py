@@ -96,11 +96,14 @@ def run_mpi(nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str
         pytest.skip("no mpiexec beside sys.executable or on PATH (pip install mpich)")
     # Nothing from the caller's environment may change what the checks see (GRIDCOMM_PROPERTY_* excepted:
     # they tune the property test, see tests/mpi_programs/checks_property.py).
-    full_env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_")) or k.startswith("GRIDCOMM_PROPERTY_")
-    }
+    full_env = launch.rank_environment(
+        nranks,
+        {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_")) or k.startswith("GRIDCOMM_PROPERTY_")
+        },
+    )
     full_env.update({"GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S), "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
     full_env.update(env or {})
     cmd = launch.mpiexec_command(nranks, [sys.executable, *argv], MPIEXEC)  # Open MPI needs --oversubscribe

@@ -91,3 +91,26 @@ def test_bench_stencil2d_and_halo_write_results(tmp_path):
     (halo,) = tmp_path.glob("halo-cpu-2r-*.json")
     payload = json.loads(halo.read_text())
     assert payload["machine"]["cpu"] and all(r["floor"]["median_s"] > 0 for r in payload["results"])
+
+
+def test_ranks_share_the_cores_between_their_blas_threads(monkeypatch):
+    from gridcomm import launch
+
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
+    env = launch.rank_environment(4, {"PATH": "/bin"})
+    assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "2"
+    assert launch.rank_environment(16, {})["OPENBLAS_NUM_THREADS"] == "1"
+    assert launch.rank_environment(4, {"OMP_NUM_THREADS": "3"}) == {"OMP_NUM_THREADS": "3"}  # the user's choice
+
+
+def test_bench_spectral_writes_results_and_plot(tmp_path):
+    out = gridcomm("bench", "spectral", "--np", "2", "--grids", "O16", "--levels", "2", "--steps", "1",
+                   "--out", str(tmp_path))  # fmt: skip
+    assert "spectral transform on 2 rank(s)" in out
+    (path,) = tmp_path.glob("spectral-cpu-2r-*.json")
+    payload = json.loads(path.read_text())
+    (row,) = payload["results"]
+    assert row["grid"] == "O16" and row["round_trip_error"] < 1e-12 and set(row["split_s"]) == {
+        "legendre", "fft", "transposition"
+    }  # fmt: skip
+    assert payload["machine"]["date"] and path.with_suffix(".png").stat().st_size > 10_000

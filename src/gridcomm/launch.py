@@ -65,10 +65,24 @@ def with_abort_on_error(command: Sequence[str]) -> list[str]:
     return command
 
 
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def rank_environment(nprocs: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``nprocs`` ranks on this machine: unless the user set a thread count, each rank's
+    BLAS and OpenMP get an equal share of the cores (at least 1). Every rank's BLAS would otherwise start a
+    thread per core, and on 2 cores 2 ranks ran a matrix product 25 times slower than with one thread each."""
+    env = dict(os.environ if environ is None else environ)
+    if not any(v in env for v in _THREAD_VARIABLES):
+        share = str(max(1, (os.cpu_count() or 1) // nprocs))
+        env.update(dict.fromkeys(_THREAD_VARIABLES, share))
+    return env
+
+
 def run_under_mpiexec(nprocs: int, command: Sequence[str]) -> int:
     """Run ``command`` on ``nprocs`` ranks, streaming its output; returns its exit status."""
     args = mpiexec_command(nprocs, with_abort_on_error(command))
-    return subprocess.run(args).returncode
+    return subprocess.run(args, env=rank_environment(nprocs)).returncode
 
 
 def relaunch_self(nprocs: int) -> int:

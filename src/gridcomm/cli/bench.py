@@ -310,3 +310,53 @@ def bench_mpdata(
         console.print(table(f"MPDATA step on {comm.size} rank(s) (median, slowest rank)", columns, body))
         console.print(f"results: {path}")
     comm.close()
+
+
+@bench_app.command("spectral")
+def bench_spectral(
+    nprocs: NpOption = 2,
+    grids: Annotated[str, typer.Option(help="Octahedral grids, comma-separated (T = N - 1 on each).")] = "O80,O160",
+    levels: Annotated[int, typer.Option(help="Vertical levels of each 3-D field.")] = 10,
+    fields: Annotated[int, typer.Option(help="3-D fields (a surface field is added).")] = 3,
+    steps: Annotated[int, typer.Option(help="Timed steps (each one inverse and one direct transform).")] = 5,
+    transport: Annotated[str, typer.Option(help="Transposition transport: auto, or a name.")] = "auto",
+    out: OutOption = Path("benchmarks/results"),
+) -> None:
+    """Time per step of the spectral-transform dwarf and its split (Legendre, FFT, transposition), the
+    Legendre rate beside a matrix product of the same shape measured in the same run."""
+    ranks_or_relaunch(nprocs)
+    from ..bench.machine import machine_info
+    from ..bench.results import write_results
+    from ..bench.spectral import benchmark_spectral, plot_spectral
+    from ..comm import Communicator
+
+    comm = Communicator()
+    grid_list = [g.strip() for g in grids.split(",") if g.strip()]
+    rows = []
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task("spectral cases", total=len(grid_list))
+        for grid in grid_list:
+            rows.append(benchmark_spectral(comm, grid, levels=levels, fields=fields, steps=steps, transport=transport))
+            bar.advance(task)
+    if comm.rank == 0:
+        machine = machine_info(comm.size)
+        config = {"grids": grid_list, "levels": levels, "fields": fields, "steps": steps, "transport": transport}
+        path = write_results(out, "spectral", machine, config, rows)
+        png = plot_spectral({"machine": machine, "results": rows}, path.with_suffix(".png"))
+        body = [
+            [
+                f"{r['grid']} T{r['truncation']}",
+                str(r["batch"]),
+                f"{r['time_per_step_s'] * 1e3:.1f}",
+                *(f"{r['split_s'][p] * 1e3:.1f}" for p in ("legendre", "fft", "transposition")),
+                f"{100 * r['transposition_fraction']:.0f} %",
+                f"{r['legendre_GFLOPs_per_rank']:.1f} / {r['matmul_GFLOPs_per_rank']:.1f}",
+                f"{r['round_trip_error']:.1e}",
+            ]
+            for r in rows
+        ]
+        columns = ["grid", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share", "GFLOP/s (ceil.)",
+                   "round trip"]  # fmt: skip
+        console.print(table(f"spectral transform on {comm.size} rank(s) (slowest rank per phase)", columns, body))
+        console.print(f"results: {path}\nplot:    {png}")
+    comm.close()

@@ -158,15 +158,11 @@ class SpectralTransform:
         zero = np.nonzero(ms == 0)[0]
         for length, where in self._row_groups:
             rows_f = xp.moveaxis(f[:, :, where], 1, 2)  # (batch, R, M)
-            span = -(-int(ms.max() + 1) // length) * length  # whole turns of the row's spectrum
-            spectrum = xp.zeros((batch, len(where), span), dtype=np.complex128)
-            spectrum[:, :, m_index] = rows_f
-            folded = spectrum.reshape(batch, len(where), span // length, length).sum(axis=2)
-            positive = folded.copy()  # the m > 0 part, whose conjugates are the negative wavenumbers
-            if len(zero):
-                positive[:, :, 0] -= rows_f[:, :, int(zero[0])]
-            half = np.arange(length // 2 + 1)
-            half_spectrum = folded[:, :, half] + xp.conj(positive[:, :, xp.asarray((length - half) % length)])
+            if ms.max() < length // 2:  # the row holds every m: no folding (all but the polar rows)
+                half_spectrum = xp.zeros((batch, len(where), length // 2 + 1), dtype=np.complex128)
+                half_spectrum[:, :, m_index] = rows_f
+            else:
+                half_spectrum = _folded(xp, rows_f, m_index, zero, int(ms.max()), length)
             rows_values = xp.fft.irfft(half_spectrum, n=length, axis=-1, norm="forward")
             for j, position in enumerate(where):
                 a, b = self._point_offsets[position], self._point_offsets[position + 1]
@@ -232,6 +228,21 @@ class SpectralTransform:
         if wavenumbers is None:
             return np.arange(self.truncation + 1)
         return _checked_subset(wavenumbers, self.truncation + 1, "wavenumbers", f"0..T = 0..{self.truncation}")
+
+
+def _folded(xp: Any, rows_f: Any, m_index: Any, zero: np.ndarray, m_max: int, length: int) -> Any:
+    """The half spectrum (batch, R, n/2 + 1) of rows of ``length`` points holding wavenumbers up to ``m_max``
+    >= n / 2: each m adds to bin m mod n, and its conjugate (the -m of a real field) to bin -m mod n."""
+    batch, nrows = rows_f.shape[:2]
+    span = -(-(m_max + 1) // length) * length  # whole turns of the row's spectrum
+    spectrum = xp.zeros((batch, nrows, span), dtype=np.complex128)
+    spectrum[:, :, m_index] = rows_f
+    folded = spectrum.reshape(batch, nrows, span // length, length).sum(axis=2)
+    positive = folded.copy()  # the m > 0 part, whose conjugates are the negative wavenumbers
+    if len(zero):
+        positive[:, :, 0] -= rows_f[:, :, int(zero[0])]
+    half = np.arange(length // 2 + 1)
+    return folded[:, :, half] + xp.conj(positive[:, :, xp.asarray((length - half) % length)])
 
 
 def _checked_subset(values: Sequence[int] | np.ndarray | None, n: int, what: str, allowed: str) -> np.ndarray:
