@@ -30,6 +30,7 @@ from harness import (
     cell_bytes,
     describe_mismatch,
     expected_cells,
+    gather_problems,
     local_with_sentinel,
     owned_slices,
     random_global,
@@ -211,14 +212,7 @@ def verify_decomposition(sub, d, case: Case, grid, rank: int) -> list[str]:
 
     # gather / scatter round trip of the first field.
     g, order = globals_[0], case.fields[0][1]
-    got = d.gather(fields[0], root=case.root)
-    if rank == case.root:
-        if got is None or got.shape != g.shape or got.dtype != g.dtype:
-            problems.append(f"gather to {case.root}: got {None if got is None else (got.shape, got.dtype)}")
-        elif not np.array_equal(cell_bytes(np.ascontiguousarray(got)), cell_bytes(g)):
-            problems.append(f"gather to {case.root}: values differ")
-    elif got is not None:
-        problems.append(f"gather to {case.root}: non-root rank got {type(got).__name__}")
+    problems += gather_problems(d.gather(fields[0], root=case.root), g, case.root, rank)
     back = d.scatter(g if rank == case.root else None, root=case.root, order=order)
     want = cell_bytes(np.zeros(d.local_shape, dtype=g.dtype)).copy()
     want[d.interior_slices] = cell_bytes(g)[d.global_slices]

@@ -38,6 +38,7 @@ from harness import (
     assert_raises_everywhere,
     cell_bytes,
     describe_mismatch,
+    gather_problems,
     random_global,
     ranks,
     run_property,
@@ -296,14 +297,7 @@ def round_trip_problems(
     problems = []
     by_id = np.empty_like(g)
     cell_bytes(by_id)[part.gid] = cell_bytes(g)
-    got = d.gather(field, root=root)
-    if rank == root:
-        if got is None or got.shape != by_id.shape or got.dtype != by_id.dtype:
-            problems.append(f"gather to {root}: got {None if got is None else (got.shape, got.dtype)}")
-        elif not np.array_equal(cell_bytes(np.ascontiguousarray(got)), cell_bytes(by_id)):
-            problems.append(f"gather to {root}: values differ")
-    elif got is not None:
-        problems.append(f"gather to {root}: non-root rank got {type(got).__name__}")
+    problems += gather_problems(d.gather(field, root=root), by_id, root, rank)
     back = d.scatter(by_id if rank == root else None, root=root, order=order)
     want = np.zeros((d.n_local, *g.shape[1:]), dtype=g.dtype)
     cell_bytes(want)[: d.n_owned] = cell_bytes(g)[part.owned[rank]]

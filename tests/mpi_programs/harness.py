@@ -430,3 +430,15 @@ def run_program(main: Callable[[list[str]], int]) -> None:
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2)
     sys.exit(status)
+
+
+def gather_problems(got: Any, want: np.ndarray, root: int, rank: int) -> list[str]:
+    """What is wrong with ``gather(..., root)``'s result on this rank: the whole array, bit for bit, on the
+    root; None everywhere else."""
+    if rank != root:
+        return [] if got is None else [f"gather to {root}: non-root rank got {type(got).__name__}"]
+    if got is None or got.shape != want.shape or got.dtype != want.dtype:
+        return [f"gather to {root}: got {None if got is None else (got.shape, got.dtype)}"]
+    if not np.array_equal(cell_bytes(np.ascontiguousarray(got)), cell_bytes(want)):
+        return [f"gather to {root}: values differ"]
+    return []

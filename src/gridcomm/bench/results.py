@@ -58,14 +58,14 @@ def plot_halo(payload: dict[str, Any], png: Path) -> Path:
     return png
 
 
-def _figure(panels: int) -> tuple[Any, list[Any]]:
+def panels_figure(panels: int) -> tuple[Any, list[Any]]:
     from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
 
     fig = Figure(figsize=(5.4 * panels, 4.2), layout="constrained")
     return fig, [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
 
 
-def _title(fig: Any, what: str, machine: dict[str, Any]) -> None:
+def machine_title(fig: Any, what: str, machine: dict[str, Any]) -> None:
     gpus = f"{machine['gpus_used']} x {machine['device']}" if machine.get("gpus_used") else machine["device"]
     fig.suptitle(f"{what}, {machine['ranks']} ranks, {gpus}, {machine['date']}", fontsize=9)
 
@@ -75,7 +75,7 @@ def plot_halo_gpu(payload: dict[str, Any], png: Path) -> Path:
     replay) beside NCCL's own send/recv and the peer-copy ceiling of the same bytes."""
     rows = payload["results"]
     counts = sorted({r["fields"] for r in rows})
-    fig, axes = _figure(len(counts))
+    fig, axes = panels_figure(len(counts))
     for ax, count in zip(axes, counts, strict=True):
         mine = sorted((r for r in rows if r["fields"] == count), key=lambda r: r["bytes_per_peer_mean"])
         x = [r["bytes_per_peer_mean"] / 1024 for r in mine]
@@ -87,7 +87,7 @@ def plot_halo_gpu(payload: dict[str, Any], png: Path) -> Path:
         ax.set(xlabel="bytes per peer per exchange [KiB]", ylabel="time per exchange [µs]")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
-    _title(fig, "GPU halo exchange", payload["machine"])
+    machine_title(fig, "GPU halo exchange", payload["machine"])
     fig.savefig(png, dpi=110)
     return png
 
@@ -96,7 +96,7 @@ def plot_transfer(payload: dict[str, Any], png: Path) -> Path:
     """Latency (time per exchange) and bandwidth (GB/s sent per rank) against message size, every transport
     beside NCCL's send/recv and the peer-copy ceilings."""
     rows = payload["results"]
-    fig, (latency, bandwidth) = _figure(2)
+    fig, (latency, bandwidth) = panels_figure(2)
     x = [r["bytes_per_peer"] for r in rows]
     for name in rows[0]["times"]:
         style = "k--" if name.startswith("nccl") else "k:" if name.startswith("peer copy") else "o-"
@@ -107,6 +107,6 @@ def plot_transfer(payload: dict[str, Any], png: Path) -> Path:
     for ax in (latency, bandwidth):
         ax.grid(True, which="both", alpha=0.3)
     latency.legend(fontsize=7)
-    _title(fig, payload.get("benchmark", "transfer"), payload["machine"])
+    machine_title(fig, payload.get("benchmark", "transfer"), payload["machine"])
     fig.savefig(png, dpi=110)
     return png

@@ -67,10 +67,10 @@ def benchmark_spectral(
 def plot_spectral(payload: dict[str, Any], png: Path) -> Path:
     """Each grid's step split into its phases, as shares of the step (slowest rank per phase, so the shares
     may add up to more than 100 %), the step time written above each bar."""
-    from .results import _figure, _title
+    from .results import machine_title, panels_figure
 
     rows = payload["results"]
-    fig, (ax,) = _figure(1)
+    fig, (ax,) = panels_figure(1)
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     for phase in PHASES:
@@ -82,6 +82,6 @@ def plot_spectral(payload: dict[str, Any], png: Path) -> Path:
     ax.set_xticks(x, [f"{r['grid']} T{r['truncation']}\n{r['batch']} fields x levels" for r in rows], fontsize=7)
     ax.set(ylabel="share of the step [%] (inverse + direct)", ylim=(0, 1.4 * max(bottom)))
     ax.legend(fontsize=7, loc="upper left", ncol=3)
-    _title(fig, "spectral transform", payload["machine"])
+    machine_title(fig, "spectral transform", payload["machine"])
     fig.savefig(png, dpi=110)
     return png

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import NpOption, console, int_list, progress, ranks_or_relaunch, table
+from .common import NpOption, console, int_list, name_list, progress, ranks_or_relaunch, table
 
 bench_app = typer.Typer(
     no_args_is_help=True, help="Benchmarks: each figure beside its floor, measured in the same run."
@@ -281,7 +281,7 @@ def bench_mpdata(
     from ..comm import Communicator
 
     comm = Communicator()
-    grid_list = [g.strip() for g in grids.split(",") if g.strip()]
+    grid_list = name_list(grids, "--grids")
     todo = [(g, n) for g in grid_list for n in int_list(levels, "--levels")]
     rows = []
     with progress(comm.rank == 0) as bar:
@@ -331,7 +331,7 @@ def bench_spectral(
     from ..comm import Communicator
 
     comm = Communicator()
-    grid_list = [g.strip() for g in grids.split(",") if g.strip()]
+    grid_list = name_list(grids, "--grids")
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list))

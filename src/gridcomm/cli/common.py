@@ -34,6 +34,14 @@ def int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def name_list(text: str, what: str) -> list[str]:
+    """``"O24, O48"`` as ["O24", "O48"]; a clear error when nothing is given."""
+    values = [s.strip() for s in text.split(",") if s.strip()]
+    if not values:
+        raise typer.BadParameter(f"{what}: give at least one value")
+    return values
+
+
 class _NoProgress:
     def __enter__(self) -> _NoProgress:
         return self

@@ -76,6 +76,11 @@ class DistributedTransform:
         self._to_waves = Transposer(comm, on_fourier, on_legendre, self.fourier_side, self.legendre_side, transport)
         self.seconds = dict.fromkeys(PHASES, 0.0)
 
+    @property
+    def transport(self) -> str:
+        """The name of the transport the transpositions use."""
+        return self._to_rows.transport.name
+
     def inverse(self, coefficients: Any) -> Any:
         """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
         with self._timed("legendre"):
@@ -192,7 +197,7 @@ def run_spectral(
             "fields": fields,
             "batch": batch,
             "steps": steps,
-            "transport": dist._to_rows.transport.name,
+            "transport": dist.transport,
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "split_s": {k: mpi.allreduce(v, op=MPI.MAX) / steps for k, v in dist.seconds.items()},
