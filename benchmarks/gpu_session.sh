@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: what is there, the GPU tests, the GPU benchmarks. Everything lands in $OUT.
 #
-#   bash benchmarks/gpu_session.sh [env] [tests] [tune] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d] ...
+#   bash benchmarks/gpu_session.sh [env] [tests] [tune] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d]
+#                                  [faults] [hygiene] [soak] ...
 #
 # Runs from the repository root with the machine's python3 and packages (PYTHONPATH=src, nothing installed);
 # one rank per GPU. Logs and result files are written under $OUT/session and packed into $OUT/session.tgz
@@ -53,6 +54,17 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
       bench-stencil2d) stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
       bench-stencil2d1) stage bench-stencil2d1 100 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;
+      faults)  # a rank killed or silent mid-run on 2 GPUs, over nccl, ipc and staged: the job must end
+        stage faults 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_reliability.py
+        ;;
+      hygiene)  # 1,000 exchangers and transposers made and closed on 2 GPUs: device memory, IPC, streams, events
+        stage hygiene 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_hygiene.py
+        ;;
+      soak)  # 100,000 exchanges on 2 GPUs per transport, checked bitwise every 1,000 (about 10 s each expected)
+        for transport in ipc nccl; do
+          stage "soak-$transport" 280 $py -m gridcomm bench soak --gpu --np 2 --transport "$transport" --out "$dir/results"
+        done
+        ;;
       *) summary+=("$step: unknown stage") ;;
     esac
   done

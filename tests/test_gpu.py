@@ -19,6 +19,9 @@ pytestmark = [pytest.mark.gpu, needs_gpus(1)]
 GPU_TRANSPORTS = ["staged", "nccl", "ipc", "auto"]
 RANK_COUNTS = [n for n in (1, 2) if n <= gpu_count()] or [1]
 ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}
+# The structured and unstructured suites also run in validation mode: every exchange is checked against the
+# checksums of what its peers sent, on top of the suites' own comparison with the serial reference.
+VALIDATED = {**ON_GPU, "GRIDCOMM_VALIDATE": "1"}
 
 
 # -- the MPI suites, one rank per GPU -----------------------------------------------------------------------
@@ -26,7 +29,7 @@ ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}
 
 @pytest.mark.parametrize("nranks", RANK_COUNTS)
 def test_structured_suite_on_gpu(mpi_checks, nranks):
-    mpi_checks("checks_exchange", nranks, timeout=240, env=ON_GPU)
+    mpi_checks("checks_exchange", nranks, timeout=240, env=VALIDATED)
 
 
 @pytest.mark.parametrize("nranks", RANK_COUNTS)
@@ -36,7 +39,7 @@ def test_structured_property_on_gpu(mpi_checks, nranks):
 
 @pytest.mark.parametrize("nranks", RANK_COUNTS)
 def test_unstructured_suite_on_gpu(mpi_checks, nranks):
-    env = {**ON_GPU, "GRIDCOMM_UNSTRUCTURED_EXAMPLES": "100"}
+    env = {**VALIDATED, "GRIDCOMM_UNSTRUCTURED_EXAMPLES": "100"}
     mpi_checks("checks_unstructured", nranks, timeout=240, env=env)
 
 

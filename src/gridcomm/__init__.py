@@ -4,12 +4,15 @@ from ._version import __version__
 from .comm import Communicator
 from .decomp import CartesianDecomposition, UnstructuredDecomposition
 from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
     DecompositionError,
     FieldError,
     GridcommError,
     GridcommTimeout,
     PatternError,
     TransportError,
+    ValidationError,
 )
 from .exchange import CapturedExchange, ExchangeHandle, HaloExchanger
 from .gpu import use_local_gpu
@@ -17,6 +20,8 @@ from .pattern import Box, Pattern, PeerPlan, Rows
 from .transpose import Transposer
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "Box",
     "CapturedExchange",
     "CartesianDecomposition",
@@ -34,6 +39,7 @@ __all__ = [
     "TransportError",
     "Transposer",
     "UnstructuredDecomposition",
+    "ValidationError",
     "__version__",
     "use_local_gpu",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import FieldError
+from .errors import ArgumentTypeError, FieldError
 
 # DLPack device types (dlpack.h): CPU, CUDA, CUDA pinned host memory, CUDA managed memory.
 _DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
@@ -96,7 +96,7 @@ def array_module(a: Any) -> types.ModuleType:
     cupy = cupy_or_none()
     if cupy is not None and isinstance(a, cupy.ndarray):
         return cupy
-    raise TypeError(f"expected a NumPy or CuPy array, got {type(a).__name__}")
+    raise ArgumentTypeError(f"expected a NumPy or CuPy array, got a {type(a).__name__}; view it with as_array first")
 
 
 def memory_order(a: Any, what: str) -> str:

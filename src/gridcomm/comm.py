@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
+import sys
+import time
 import weakref
-from typing import Any
+from typing import Any, NoReturn
+
+from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    DecompositionError,
+    FieldError,
+    GridcommError,
+    GridcommTimeout,
+    PatternError,
+    TransportError,
+)
+from .waiting import poll_until
 
 DEFAULT_TIMEOUT_S = 60.0
+ABORT_GRACE_S = 1.0  # seconds between printing a timeout and aborting the job
 
 
 def default_timeout() -> float:
@@ -19,10 +35,99 @@ def default_timeout() -> float:
     try:
         seconds = float(value)
     except ValueError:
-        raise ValueError(f"GRIDCOMM_TIMEOUT={value!r} is not a number of seconds; set it to e.g. 60") from None
-    if seconds <= 0:
-        raise ValueError(f"GRIDCOMM_TIMEOUT={value!r} must be positive (seconds)")
+        raise ArgumentError(f"GRIDCOMM_TIMEOUT={value!r} is not a number of seconds; set it to e.g. 60") from None
+    if not 0 < seconds < math.inf:
+        raise ArgumentError(f"GRIDCOMM_TIMEOUT={value!r} must be a positive, finite number of seconds")
     return seconds
+
+
+_GRIDCOMM_ERRORS = (ArgumentError, ArgumentTypeError, DecompositionError, FieldError, PatternError, TransportError)
+_SHARED_ERRORS = {cls.__name__: cls for cls in (*_GRIDCOMM_ERRORS, GridcommError, ValueError, TypeError)}
+
+
+def gather_or_raise(mpi_comm: Any, local: Any, error: Exception | None, noun: str = "fields") -> list[Any]:
+    """Collective: every rank's ``local``, in rank order, unless some rank found a problem (``error``, None if
+    none): then that rank raises its own error and every other rank an error of the same class naming it
+    ("rank 2 rejected its fields: ..."), so that no rank is left waiting in a later collective."""
+    problem = None if error is None else (type(error).__name__, str(error))
+    everyone = mpi_comm.allgather((local, problem))
+    if error is not None:
+        raise error
+    for rank, (_, problem) in enumerate(everyone):
+        if problem is not None:
+            kind, message = problem
+            raise _SHARED_ERRORS.get(kind, GridcommError)(f"rank {rank} rejected its {noun}: {message}")
+    return [rows for rows, _ in everyone]
+
+
+ON_TIMEOUT = ("abort", "raise")
+
+
+def check_on_timeout(value: str | None) -> str:
+    """``value`` if it is one of ON_TIMEOUT; None reads ``GRIDCOMM_ON_TIMEOUT`` (default ``"abort"``)."""
+    where = "on_timeout"
+    if value is None:
+        value, where = os.environ.get("GRIDCOMM_ON_TIMEOUT") or "abort", "GRIDCOMM_ON_TIMEOUT"
+    if value not in ON_TIMEOUT:
+        raise ArgumentError(
+            f"{where}={value!r}: use 'abort' (end the whole job, the default) or 'raise' (GridcommTimeout is "
+            "raised for you to handle)"
+        )
+    return value
+
+
+def check_timeout(value: float | None, default: float) -> float:
+    """``value`` as positive seconds, or ``default`` when None."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"timeout={value!r}: give a number of seconds, not a bool")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"timeout={value!r} is not a number of seconds") from None
+    if not 0 < seconds < math.inf:
+        raise ArgumentError(
+            f"timeout={value!r} must be a positive, finite number of seconds (an endless wait is a hang)"
+        )
+    return seconds
+
+
+def give_up(error: GridcommTimeout, mpi_comm: Any, on_timeout: str) -> NoReturn:
+    """What a rank does when it has waited too long: raise ``error`` (``on_timeout="raise"``), or print it and
+    abort every rank of ``mpi_comm`` (``"abort"``): the ranks still waiting would otherwise burn the job's
+    allocation until the batch system kills it."""
+    if on_timeout == "raise":
+        raise error
+    sys.stderr.write(
+        f"gridcomm: {error}\ngridcomm: rank {error.rank} aborts the job (on_timeout='abort'); pass "
+        "on_timeout='raise' or set GRIDCOMM_ON_TIMEOUT=raise to handle timeouts yourself\n"
+    )
+    sys.stderr.flush()
+    # Ranks waiting on the culprit time out at about the same moment as ranks waiting on those: a short grace
+    # lets all of them say whom they waited for before the first abort ends every process.
+    time.sleep(ABORT_GRACE_S)
+    mpi_comm.Abort(1)
+    raise error  # Abort does not return; this line only satisfies the type checker
+
+
+def rendezvous(mpi_comm: Any, operation: str, timeout: float, on_timeout: str) -> None:
+    """Collective: wait until every rank of ``mpi_comm`` has reached ``operation`` (a non-blocking barrier,
+    polled), or give up after ``timeout`` seconds (see :func:`give_up`). Called before the blocking
+    collectives of a constructor, so that a rank that never comes ends in a timeout instead of a hang.
+
+    After a timeout with ``on_timeout="raise"`` the barrier is still posted: the communicator is not fit for
+    further collectives (a late rank would match it); abort, or make a new one."""
+    request = mpi_comm.Ibarrier()
+    rank = mpi_comm.Get_rank()
+
+    def late(elapsed: float) -> GridcommTimeout:
+        return GridcommTimeout(f"{operation} (waiting for every rank to call it)", rank, (), elapsed)
+
+    try:
+        poll_until(request.Test, timeout, late)
+    except GridcommTimeout as error:
+        give_up(error, mpi_comm, on_timeout)
 
 
 def _loaded_libraries(fragment: str) -> list[str]:
@@ -70,8 +175,6 @@ def _check_launcher_matches(world_size: int) -> None:
     for variable in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
         launched = os.environ.get(variable, "")
         if launched.isdigit() and int(launched) > 1 and world_size == 1:
-            from .errors import GridcommError
-
             raise GridcommError(
                 f"this process was started as one of {launched} ranks ({variable}) but MPI sees only 1: the "
                 "mpiexec/mpirun used belongs to a different MPI than the one mpi4py loaded. Launch with "
@@ -101,29 +204,47 @@ class Communicator:
         mpi_comm: an mpi4py communicator, or None for MPI.COMM_WORLD.
         timeout: seconds to wait for a peer before raising GridcommTimeout; None reads GRIDCOMM_TIMEOUT
             (default 60 s). Each exchanger may override it.
+        on_timeout: what a rank does after GridcommTimeout: ``"abort"`` prints it and aborts every rank
+            (MPI_Abort: no rank is left waiting), ``"raise"`` raises it for you to handle; None reads
+            GRIDCOMM_ON_TIMEOUT (default ``"abort"``). Each exchanger may override it.
     """
 
-    def __init__(self, mpi_comm: Any = None, *, timeout: float | None = None) -> None:
+    def __init__(self, mpi_comm: Any = None, *, timeout: float | None = None, on_timeout: str | None = None) -> None:
         from mpi4py import MPI
 
         base = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         if isinstance(base, Communicator):
             base = base.mpi
         if not isinstance(base, MPI.Comm):
-            raise TypeError(f"mpi_comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD), got {type(base).__name__}")
+            raise ArgumentTypeError(
+                f"mpi_comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD), got {type(base).__name__}"
+            )
         if base == MPI.COMM_NULL:
-            raise ValueError("mpi_comm is MPI.COMM_NULL; pass a communicator this rank belongs to")
+            raise ArgumentError("mpi_comm is MPI.COMM_NULL; pass a communicator this rank belongs to")
         if base == MPI.COMM_WORLD:
             _check_launcher_matches(base.Get_size())
+        try:  # every rank must hear of a bad argument on one, or the others would wait in Dup forever
+            self.timeout: float = check_timeout(timeout, default_timeout())
+            self.on_timeout: str = check_on_timeout(on_timeout)
+            problem = None
+        except (ArgumentError, ArgumentTypeError) as error:
+            problem = error
+        if problem is None:
+            rendezvous(base, "Communicator()", self.timeout, self.on_timeout)
+        else:
+            rendezvous(base, "Communicator()", DEFAULT_TIMEOUT_S, "abort")
+        gather_or_raise(base, None, problem, "arguments")
         self.mpi = base.Dup()
         self.rank: int = self.mpi.Get_rank()
         self.size: int = self.mpi.Get_size()
-        self.timeout: float = default_timeout() if timeout is None else float(timeout)
-        if self.timeout <= 0:
-            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
         self._next_tag = 0
         self.facts: dict[str, Any] = {}  # collective findings about these ranks, e.g. which transports work
         self.graphs: weakref.WeakSet[Any] = weakref.WeakSet()  # captured exchanges, released by close()
+
+    def rendezvous(self, operation: str) -> None:
+        """Collective: wait until every rank has reached ``operation`` (e.g. "HaloExchanger()"), at most the
+        communicator's timeout, then act on ``on_timeout`` (see :func:`rendezvous`)."""
+        rendezvous(self.mpi, operation, self.timeout, self.on_timeout)
 
     @classmethod
     def wrap(cls, comm: Any) -> Communicator:
@@ -195,4 +316,7 @@ class Communicator:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Communicator(rank={self.rank}, size={self.size}, timeout={self.timeout:g} s)"
+        return (
+            f"Communicator(rank={self.rank}, size={self.size}, timeout={self.timeout:g} s, "
+            f"on_timeout={self.on_timeout!r})"
+        )

@@ -12,6 +12,14 @@ class GridcommError(Exception):
     """Base class of every gridcomm error."""
 
 
+class ArgumentError(GridcommError, ValueError):
+    """An argument or setting has a value gridcomm cannot use (a negative timeout, an unknown option)."""
+
+
+class ArgumentTypeError(GridcommError, TypeError):
+    """An argument has the wrong type (e.g. a list where an mpi4py communicator is expected)."""
+
+
 class DecompositionError(GridcommError, ValueError):
     """A decomposition cannot be built from the given shape, halo, periodicity or process grid."""
 
@@ -26,6 +34,11 @@ class TransportError(GridcommError, RuntimeError):
 
 class PatternError(GridcommError, ValueError):
     """Ranks disagree about an exchange: message sizes, field lists or indices do not match."""
+
+
+class ValidationError(GridcommError, RuntimeError):
+    """Validation mode (``validate=True`` or ``GRIDCOMM_VALIDATE=1``) found received data that differs from what
+    the peer sent: names the field, the peer and the element range."""
 
 
 class GridcommTimeout(GridcommError, TimeoutError):

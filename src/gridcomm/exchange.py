@@ -8,41 +8,24 @@ receives are written into destination arrays; :class:`HaloExchanger` is the case
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
 
 from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
-from .comm import Communicator
-from .errors import FieldError, GridcommError, PatternError, TransportError
+from .comm import Communicator, check_on_timeout, check_timeout, gather_or_raise, give_up
+from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeout, PatternError, TransportError
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
 from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
-from .transports import Transport, choose
+from .transports import Transport, choose, requested
+from .validate import ExchangeValidator, check_validate
 
 
 def _compatible_orders(a: Any) -> str:
     """Memory orders a field can be read in: 'C', 'F', or 'CF' when both describe it (e.g. 1-D)."""
     flags = a.flags
     return ("C" if flags.c_contiguous else "") + ("F" if flags.f_contiguous else "")
-
-
-_SHARED_ERRORS = {cls.__name__: cls for cls in (FieldError, PatternError, TransportError, GridcommError, ValueError)}
-
-
-def gather_or_raise(mpi_comm: Any, local: Any, error: Exception | None, noun: str = "fields") -> list[Any]:
-    """Collective: every rank's ``local``, in rank order, unless some rank found a problem (``error``, None if
-    none): then that rank raises its own error and every other rank an error of the same class naming it
-    ("rank 2 rejected its fields: ..."), so that no rank is left waiting in a later collective."""
-    problem = None if error is None else (type(error).__name__, str(error))
-    everyone = mpi_comm.allgather((local, problem))
-    if error is not None:
-        raise error
-    for rank, (_, problem) in enumerate(everyone):
-        if problem is not None:
-            kind, message = problem
-            raise _SHARED_ERRORS.get(kind, GridcommError)(f"rank {rank} rejected its {noun}: {message}")
-    return [rows for rows, _ in everyone]
 
 
 class ExchangeHandle:
@@ -65,6 +48,7 @@ class ExchangeHandle:
         if not self.done:
             self._exchanger._complete(self.stream)
             self.done = True
+            self._exchanger._validate(self.stream)
 
 
 class CapturedExchange:
@@ -116,10 +100,14 @@ class BoundExchange:
     transport: Transport
     xp: Any
 
-    def _set_timeout(self, timeout: float | None) -> None:
-        self.timeout = self.comm.timeout if timeout is None else float(timeout)
-        if self.timeout <= 0:
-            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+    def _set_options(self, timeout: float | None, on_timeout: str | None, validate: bool | None) -> None:
+        """The per-exchanger options, checked (local): None takes the communicator's (or the environment's)."""
+        self.timeout = check_timeout(timeout, self.comm.timeout)
+        self.on_timeout = self.comm.on_timeout if on_timeout is None else check_on_timeout(on_timeout)
+        self.validate = check_validate(validate)
+
+    def _give_up(self, error: GridcommTimeout) -> NoReturn:
+        give_up(error, self.comm.mpi, self.on_timeout)
 
     def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """Per field on this rank: (dtype, memory orders it can be read in, trailing shape); raise FieldError
@@ -193,6 +181,14 @@ class BoundExchange:
 
     def _ready(self) -> None:
         """The state of a bound exchange with nothing in flight."""
+        plans = [*self.pattern.peers, *([self._own] if self._own is not None else [])]
+        self._validator = (
+            ExchangeValidator(
+                self.comm, plans, self.sources, self.destinations, self.layout.fields, self.xp, self.tag + 3
+            )
+            if self.validate
+            else None
+        )
         self.count = 0
         self._handle = ExchangeHandle(self)
         self._closed = False
@@ -217,7 +213,12 @@ class BoundExchange:
             self.packer.stream = stream
         else:
             stream = None
-        self.channel.before_pack(stream, self.timeout)
+        if self._validator is not None:
+            self._validator.post(stream)
+        try:
+            self.channel.before_pack(stream, self.timeout)
+        except GridcommTimeout as error:
+            self._give_up(error)
         self.packer.pack()
         self.channel.start(stream)
         copyto = self.xp.copyto
@@ -227,11 +228,26 @@ class BoundExchange:
         self._handle.done, self._handle.stream = False, stream
         return self._handle
 
+    @property
+    def _operation(self) -> str:
+        """How a timeout or a validation error names the exchange in flight."""
+        return f"{self._what} #{self.count} (exchanger tag {self.tag}, {len(self.sources)} field(s))"
+
     def _complete(self, stream: Any) -> None:
-        operation = f"{self._what} #{self.count} (exchanger tag {self.tag}, {len(self.sources)} field(s))"
-        self.channel.wait(self.timeout, operation, stream)
+        try:
+            self.channel.wait(self.timeout, self._operation, stream)
+        except GridcommTimeout as error:
+            self._give_up(error)
         self.packer.unpack()
         self.channel.finish(stream)
+
+    def _validate(self, stream: Any) -> None:
+        """Validation mode: compare what arrived with the peers' checksums (ValidationError on a mismatch)."""
+        if self._validator is not None:
+            try:
+                self._validator.check(self.timeout, self._operation, stream)
+            except GridcommTimeout as error:
+                self._give_up(error)
 
     def exchange(self) -> None:
         """Run the whole exchange now: ``start().wait()``."""
@@ -252,6 +268,8 @@ class BoundExchange:
             graph.close()
         self.channel.close()
         self.packer.close()
+        # Buffers (host, pinned, device), flag arrays and events go now, not when the collector finds this object.
+        self.channel = self.packer = self._validator = self._local_copies = None  # type: ignore[assignment]
         self._closed = True
 
     def __enter__(self) -> Self:
@@ -286,6 +304,11 @@ class HaloExchanger(BoundExchange):
             dtypes and C/Fortran orders may differ between fields. NumPy, CuPy or any DLPack array.
         transport: ``"auto"``, a transport name (``gridcomm.transports.names()``) or a configured Transport.
         timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
+        on_timeout: ``"abort"`` (print the timeout and abort every rank) or ``"raise"`` (raise GridcommTimeout
+            for you to handle); default: the communicator's (``GRIDCOMM_ON_TIMEOUT``, else abort).
+        validate: check every exchange against checksums of what the peers sent, raising ValidationError
+            naming the field, peer and elements on a mismatch (costs a pass over every message; default
+            ``GRIDCOMM_VALIDATE``, else off).
     """
 
     _what = "halo exchange"
@@ -297,27 +320,25 @@ class HaloExchanger(BoundExchange):
         transport: str | Transport = "auto",
         *,
         timeout: float | None = None,
+        on_timeout: str | None = None,
+        validate: bool | None = None,
     ) -> None:
-        self.comm = decomposition.comm
+        self.comm = getattr(decomposition, "comm", None)
+        if not isinstance(self.comm, Communicator) or not callable(getattr(decomposition, "pattern", None)):
+            raise ArgumentTypeError(
+                f"decomposition is a {type(decomposition).__name__}; pass a CartesianDecomposition or an "
+                "UnstructuredDecomposition (anything with a gridcomm Communicator .comm and .pattern())"
+            )
+        self.comm.rendezvous("HaloExchanger()")
         full = decomposition.pattern()
         # What a rank sends itself (periodic wrap over one rank) is copied field to field, not sent.
         self._split_own(full)
-        raw = list(fields) if isinstance(fields, list | tuple) else [fields]
-        if not raw:
-            raise FieldError("fields is empty; pass at least one array to exchange")
-        on_device = [is_device_array(f) for f in raw]
-        if any(on_device) and not all(on_device):
-            where = ", ".join(f"field {i}: {'GPU' if d else 'host'}" for i, d in enumerate(on_device))
-            raise FieldError(f"fields live in different memories ({where}); put them all on the host or all on the GPU")
-        self.on_device = all(on_device)
-        if len(set(self.comm.mpi.allgather(self.on_device))) > 1:
-            raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
+        self._agree_on_arguments(decomposition, fields, transport, (timeout, on_timeout, validate))
         self.transport = choose(transport, self.comm, self.on_device)
-        self.fields = [as_array(f, f"field {i}") for i, f in enumerate(raw)]
+        specs = self._agree_on_fields()  # also views the fields as arrays: self.fields
         self.sources = self.destinations = self.fields  # received halos are written into the fields themselves
         self.xp = array_module(self.fields[0])
-        self._set_timeout(timeout)
-        specs = self._agree_on_fields()
+        del self._raw
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
         self.layout = Layout.build(self.pattern, specs)
@@ -345,7 +366,47 @@ class HaloExchanger(BoundExchange):
                 "allocate them after gridcomm.use_local_gpu(comm), or make their GPU current"
             )
 
+    def _agree_on_arguments(self, decomposition: Any, fields: Any, transport: Any, options: tuple[Any, ...]) -> None:
+        """Collective: the local checks of the field list, the transport's name and the options, then that every
+        rank passes fields in the same memory, asks for the same transport and built the same decomposition (as
+        far as its ``signature`` tells, if it has one). Every rank raises if any rank found a problem."""
+        try:
+            self._raw, asked = self._field_list(fields), requested(transport)
+            self._set_options(*options)
+            problem = None
+        except Exception as error:  # whatever it is, every rank must hear of it (or the others would wait)
+            self._raw, asked, problem = [], None, error
+        self.on_device = bool(self._raw) and is_device_array(self._raw[0])
+        mine = (self.on_device, asked, getattr(decomposition, "signature", None))
+        everyone = gather_or_raise(self.comm.mpi, mine, problem, "arguments")
+        on_device, transports, decompositions = zip(*everyone, strict=True)
+        if len(set(on_device)) > 1:
+            raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
+        if len(set(transports)) > 1:
+            raise PatternError(
+                f"ranks ask for different transports ({dict(enumerate(transports))}); every rank must pass the same"
+            )
+        if len(set(decompositions)) > 1:
+            raise PatternError(
+                f"ranks built different decompositions ({dict(enumerate(decompositions))}); build it with the same "
+                "arguments on every rank"
+            )
+
+    @staticmethod
+    def _field_list(fields: Any) -> list[Any]:
+        """``fields`` (one array or a sequence of them) as a list, all on the host or all on the GPU; FieldError
+        otherwise. Local."""
+        raw = list(fields) if isinstance(fields, list | tuple) else [fields]
+        if not raw:
+            raise FieldError("fields is empty; pass at least one array to exchange")
+        on_device = [is_device_array(f) for f in raw]
+        if any(on_device) and not all(on_device):
+            where = ", ".join(f"field {i}: {'GPU' if d else 'host'}" for i, d in enumerate(on_device))
+            raise FieldError(f"fields live in different memories ({where}); put them all on the host or all on the GPU")
+        return raw
+
     def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        self.fields = [as_array(f, f"field {i}") for i, f in enumerate(self._raw)]
         return [self._check_field(i, f) for i, f in enumerate(self.fields)]
 
     def _check_field(self, i: int, f: Any) -> tuple[str, str, tuple[int, ...]]:
@@ -376,6 +437,11 @@ class HaloExchanger(BoundExchange):
 
         Capturing ``start(stream)`` and ``wait()`` inside a graph of your own (a whole application step)
         works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them)."""
+        if self.validate:
+            raise GridcommError(
+                "validation mode checks each exchange on the host, which a CUDA graph cannot replay; build this "
+                "exchanger with validate=False (or unset GRIDCOMM_VALIDATE) to capture it"
+            )
         if not (self.on_device and self.transport.graph_capturable):
             raise GridcommError(
                 f"transport {self.transport.name!r} needs the host during an exchange, so it cannot be captured "
@@ -396,4 +462,9 @@ class HaloExchanger(BoundExchange):
     def check(self) -> None:
         """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
         stream that replays the graph has been synchronised. Exchanges run with ``wait()`` check themselves."""
-        self.channel.check(f"halo exchange (exchanger tag {self.tag}, replayed graph)")
+        if self._closed:
+            raise GridcommError("this HaloExchanger is closed; make a new one")
+        try:
+            self.channel.check(f"halo exchange (exchanger tag {self.tag}, replayed graph)")
+        except GridcommTimeout as error:
+            self._give_up(error)

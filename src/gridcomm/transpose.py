@@ -10,7 +10,7 @@ the rank's own block copied source to destination while the messages are in flig
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from .errors import FieldError, PatternError
 from .exchange import BoundExchange, _compatible_orders, gather_or_raise
 from .packing import FieldSpec, Layout, run_grid
 from .pattern import Box, Pattern, PeerPlan
-from .transports import Transport, choose
+from .transports import Transport, choose, requested
 
 Blocks = Mapping[int, Box | Sequence[Box]]
 
@@ -48,12 +48,15 @@ class _Counts:
     @staticmethod
     def _integers(name: str, values: Any, size: int) -> list[int]:
         """``values`` as ``size`` non-negative ints, else PatternError naming ``name``."""
-        try:
-            items = [operator.index(v) for v in values]
-        except TypeError:
+        try:  # not a mapping or a set either: they iterate over their keys, in no rank order
+            one_axis = not isinstance(values, Mapping | Set | str | bytes) and np.ndim(values) == 1
+            items = [operator.index(v) for v in values] if one_axis else None
+        except (TypeError, ValueError):  # entries that are not integers, ragged nesting
+            items = None
+        if items is None:
             raise PatternError(
                 f"{name} must be a sequence of integers (numbers of first-axis entries), one per rank; got {values!r}"
-            ) from None
+            )
         if len(items) != size:
             raise PatternError(f"{name} has {len(items)} entries, but the communicator has {size} ranks; give one each")
         negative = [(r, v) for r, v in enumerate(items) if v < 0]
@@ -89,15 +92,20 @@ def _blocks(name: str, given: Any, shape: tuple[int, ...], size: int) -> dict[in
 
 
 def _checked_box(what: str, box: Box, shape: tuple[int, ...]) -> Box:
-    """``box`` with integer corners, one per axis of an array of ``shape``; PatternError otherwise."""
-    if len(box.start) != len(shape) or len(box.stop) != len(shape):
+    """``box`` with integer corners, one per axis of an array of ``shape``, start <= stop; PatternError otherwise."""
+    try:
+        start, stop = tuple(operator.index(a) for a in box.start), tuple(operator.index(b) for b in box.stop)
+    except TypeError:
+        raise PatternError(
+            f"{what} holds {box}, whose corners are not sequences of integers; e.g. Box((0, 0), (2, 3))"
+        ) from None
+    if len(start) != len(shape) or len(stop) != len(shape):
         raise PatternError(
             f"{what} holds {box}, but its arrays have {len(shape)} axes {shape}; give start and stop for every axis"
         )
-    try:
-        return Box(tuple(operator.index(a) for a in box.start), tuple(operator.index(b) for b in box.stop))
-    except TypeError:
-        raise PatternError(f"{what} holds {box}, whose corners are not all integers") from None
+    if any(a > b for a, b in zip(start, stop, strict=True)):
+        raise PatternError(f"{what} holds {box}, whose start lies beyond its stop; give start <= stop on every axis")
+    return Box(start, stop)
 
 
 def _first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
@@ -144,6 +152,11 @@ class Transposer(BoundExchange):
         transport: ``"auto"``, ``"mpi"``, ``"cma"`` or a configured Transport (e.g. ``MpiTransport(method=
             "neighbor", packing="datatype")``), as for HaloExchanger.
         timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
+        on_timeout: ``"abort"`` (print the timeout and abort every rank) or ``"raise"`` (raise GridcommTimeout
+            for you to handle); default: the communicator's (``GRIDCOMM_ON_TIMEOUT``, else abort).
+        validate: check every exchange against checksums of what the peers sent, raising ValidationError
+            naming the field, peer and elements on a mismatch (costs a pass over every message; default
+            ``GRIDCOMM_VALIDATE``, else off).
 
     Host (NumPy) arrays only so far: GPU arrays raise FieldError.
     """
@@ -161,16 +174,21 @@ class Transposer(BoundExchange):
         transport: str | Transport = "auto",
         *,
         timeout: float | None = None,
+        on_timeout: str | None = None,
+        validate: bool | None = None,
     ) -> None:
         self.comm = Communicator.wrap(comm)
+        self.comm.rendezvous("Transposer()")
         self._plan = (send, recv)
         raw_sources, raw_destinations = _as_list(sources), _as_list(destinations)
         try:
-            self._check_arguments(raw_sources, raw_destinations, timeout)
-            problem = None
+            self._check_arguments(raw_sources, raw_destinations, (timeout, on_timeout, validate))
+            asked, problem = requested(transport), None
         except Exception as error:  # every rank must hear of it, or the others would wait for this one
-            problem = error
-        gather_or_raise(self.comm.mpi, None, problem, "arguments")
+            asked, problem = None, error
+        transports = dict(enumerate(gather_or_raise(self.comm.mpi, asked, problem, "arguments")))
+        if len(set(transports.values())) > 1:
+            raise PatternError(f"ranks ask for different transports ({transports}); every rank must pass the same")
         self.on_device = False
         self.transport = choose(transport, self.comm, self.on_device)
         self._raw = (raw_sources, raw_destinations)
@@ -199,6 +217,8 @@ class Transposer(BoundExchange):
         transport: str | Transport = "auto",
         *,
         timeout: float | None = None,
+        on_timeout: str | None = None,
+        validate: bool | None = None,
     ) -> Transposer:
         """MPI_Alltoallv's plan: ``send_counts[r]`` entries of the sources' first axis, from entry
         ``send_displs[r]`` on, go to rank r, and rank r's entries land at ``recv_displs[r]`` of the
@@ -215,11 +235,13 @@ class Transposer(BoundExchange):
             destinations,
             transport,
             timeout=timeout,
+            on_timeout=on_timeout,
+            validate=validate,
         )
 
     # -- construction -----------------------------------------------------------------------------------
 
-    def _check_arguments(self, sources: list[Any], destinations: list[Any], timeout: float | None) -> None:
+    def _check_arguments(self, sources: list[Any], destinations: list[Any], options: tuple[Any, Any, Any]) -> None:
         """Local checks of the arguments' form, before anything collective depends on them."""
         if not sources:
             raise FieldError("sources is empty; pass at least one array to transpose")
@@ -231,7 +253,7 @@ class Transposer(BoundExchange):
             raise FieldError(
                 "Transposer on GPU arrays is not available yet (the GPU path comes later); pass NumPy arrays"
             )
-        self._set_timeout(timeout)
+        self._set_options(*options)
 
     def _array(self, a: Any, what: str, shape: tuple[int, ...] | None) -> tuple[Any, np.dtype]:
         """``a`` as a NumPy array with its dtype, checked: contiguous, at least 1-D, of ``shape`` (if given)."""

@@ -108,7 +108,7 @@ def check_ipc_silent_peer_times_out_then_recovers(comm):
     exchange is right on both ranks."""
     problems = []
     d, g, f = _setup(comm)
-    ex = HaloExchanger(d, f, "ipc", timeout=TIMEOUT_S if comm.Get_rank() == 0 else None)
+    ex = HaloExchanger(d, f, "ipc", timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
     if comm.Get_rank() == 0:
         handle = ex.start()
         start = time.monotonic()
@@ -145,7 +145,7 @@ def check_nccl_silent_peer_times_out(comm):
     communicator instead of leaving its kernels spinning on the GPU."""
     problems = []
     d, _, f = _setup(comm)
-    ex = HaloExchanger(d, f, "nccl", timeout=TIMEOUT_S)
+    ex = HaloExchanger(d, f, "nccl", timeout=TIMEOUT_S, on_timeout="raise")
     if comm.Get_rank() == 0:
         start = time.monotonic()
         try:

@@ -69,7 +69,7 @@ def check_timeout_names_rank_and_peer_then_completes(comm):
     for name, transport in TRANSPORTS.items():
         d = CartesianDecomposition(comm, (8,), halo=1)
         f = _field(d)
-        ex = HaloExchanger(d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None)
+        ex = HaloExchanger(d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
         if comm.Get_rank() == 0:
             handle = ex.start()
             start = time.perf_counter()
@@ -102,7 +102,9 @@ def check_timeout_propagates_out_of_a_with_block(comm):
     for name, transport in TRANSPORTS.items():
         d = CartesianDecomposition(comm, (8,), halo=1)
         f = _field(d)
-        ex = HaloExchanger(d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None)  # collective
+        ex = HaloExchanger(
+            d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise"
+        )  # collective
         if comm.Get_rank() == 0:
             handle = None
             try:

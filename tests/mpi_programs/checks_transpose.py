@@ -493,7 +493,16 @@ def check_timeout_names_rank_and_peer_then_completes(comm):
         source = np.arange(4, dtype=np.int64) + 10 * rank
         dest = np.full(4, -1, dtype=np.int64)
         t = Transposer.from_counts(
-            comm, [2, 2], None, [2, 2], None, source, dest, transport, timeout=TIMEOUT_S if rank == 0 else None
+            comm,
+            [2, 2],
+            None,
+            [2, 2],
+            None,
+            source,
+            dest,
+            transport,
+            timeout=TIMEOUT_S if rank == 0 else None,
+            on_timeout="raise",
         )
         if rank == 0:
             handle = t.start()

@@ -360,3 +360,62 @@ def bench_spectral(
         console.print(table(f"spectral transform on {comm.size} rank(s) (slowest rank per phase)", columns, body))
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
+
+
+@bench_app.command("soak")
+def bench_soak(
+    nprocs: NpOption = 4,
+    steps: Annotated[int, typer.Option(help="Exchanges in all.")] = 100_000,
+    check_every: Annotated[int, typer.Option(help="Steps per bitwise check and per recorded block.")] = 1000,
+    shape: Annotated[str, typer.Option(help="Global points per dimension (3, comma-separated).")] = "64,64,32",
+    halo: Annotated[int, typer.Option(help="Halo width on every side.")] = 2,
+    transport: Annotated[str, typer.Option(help="Halo transport: auto, or one of `gridcomm info`'s.")] = "auto",
+    gpu: GpuOption = False,
+    out: OutOption = Path("benchmarks/results"),
+) -> None:
+    """Exchange a 3-D field again and again, changing its interior every step: every --check-every steps each
+    rank's whole local array must equal the serial reference bit for bit; time per exchange and memory are
+    recorded per block. Prints the first block against the last; exits 1 if any check failed."""
+    import time
+
+    from ..bench.soak import SoakConfig, plot_soak, run_soak, soak_rows, summarise, write_soak
+
+    dims = int_list(shape, "--shape")
+    if len(dims) != 3:
+        raise typer.BadParameter(f"--shape {shape!r}: give 3 sizes, e.g. 64,64,32")
+    try:
+        config = SoakConfig((dims[0], dims[1], dims[2]), halo, transport, steps, check_every, gpu)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    ranks_or_relaunch(nprocs)
+    from ..bench.machine import machine_info
+    from ..comm import Communicator
+
+    comm = Communicator()
+    if gpu:
+        from ..gpu import use_local_gpu
+
+        use_local_gpu(comm)
+    start = time.perf_counter()
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task(f"soak: {steps} exchanges on {comm.size} rank(s)", total=steps)
+        used, records = run_soak(comm, config, lambda done: bar.update(task, completed=done))
+    summary = summarise(records, time.perf_counter() - start)
+    if comm.rank == 0:
+        machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
+        settings = {**config.as_dict(), "transport_used": used}
+        path = write_soak(out, machine, settings, records, summary)
+        png = plot_soak({"machine": machine, "config": settings, "results": records}, path.with_suffix(".png"))
+        n_first, n_last = summary["first_block"]["exchanges"], summary["last_block"]["exchanges"]
+        columns = ["", f"first {n_first} steps", f"last {n_last} steps", "change"]
+        console.print(table(f"soak on {comm.size} rank(s), transport {used}", columns, soak_rows(summary)))
+        passed = "all passed" if summary["all_checks_passed"] else "[bold red]SOME FAILED[/]"
+        console.print(
+            f"bitwise checks: {summary['checks_passed']} of {summary['checks']} {passed}; median trend "
+            f"{summary['median_trend_us_per_100k_steps']:+.2f} µs per 100,000 steps; "
+            f"{summary['exchanges']} exchanges in {summary['runtime_s']:.1f} s"
+        )
+        console.print(f"results: {path}\nplot:    {png}")
+    comm.close()
+    if not summary["all_checks_passed"]:
+        raise typer.Exit(1)

@@ -11,29 +11,79 @@ import numpy as np
 
 from ..arrays import check_dtype, to_host
 from ..comm import Communicator
-from ..errors import DecompositionError, FieldError
+from ..errors import ArgumentTypeError, DecompositionError, FieldError
 from ..pattern import Box, Pattern, PeerPlan
 from .procgrid import block_sizes, choose_proc_grid
 
 HaloSpec = int | Sequence[int | tuple[int, int]]
 
 
+_HALO_FORMS = "give one int, one int per dimension, or a (low, high) pair per dimension, e.g. halo=((1, 1), (2, 0))"
+
+
+def _is_integer(value: Any) -> bool:
+    """A Python or NumPy integer, not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _integer(value: Any, what: str, whole: Any) -> int:
+    """``value`` (an entry of argument ``what``, which is ``whole``) as an int; ArgumentTypeError otherwise."""
+    if not _is_integer(value):
+        raise ArgumentTypeError(
+            f"{what}={whole!r} holds {value!r} ({type(value).__name__}); its entries are whole numbers (int)"
+        )
+    return int(value)
+
+
+def _entries(value: Any, what: str, hint: str) -> list[Any]:
+    """The entries of argument ``what``: a sequence or an array (its first axis); ArgumentTypeError with ``hint``
+    for anything else (a scalar, a string, a mapping, a set, a 0-d array)."""
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return list(value)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return list(value)
+    raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}) is not a sequence; {hint}")
+
+
+def _normalise_shape(global_shape: Any) -> tuple[int, ...]:
+    entries = _entries(global_shape, "global_shape", "give points per dimension, e.g. global_shape=(400, 300)")
+    shape = tuple(_integer(n, "global_shape", global_shape) for n in entries)
+    if not 1 <= len(shape) <= 3 or any(n < 1 for n in shape):
+        raise DecompositionError(f"global_shape={shape!r} must have 1 to 3 dimensions, each at least 1 point")
+    return shape
+
+
 def _normalise_halo(halo: HaloSpec, ndim: int) -> tuple[tuple[int, int], ...]:
-    widths = [halo] * ndim if isinstance(halo, int | np.integer) else list(halo)
+    widths = [halo] * ndim if _is_integer(halo) else _entries(halo, "halo", _HALO_FORMS)
     if len(widths) != ndim:
         raise DecompositionError(
-            f"halo={halo!r} gives {len(widths)} dimension(s) but global_shape has {ndim}; give one int, "
-            "one int per dimension, or a (low, high) pair per dimension"
+            f"halo={halo!r} gives {len(widths)} dimension(s) but global_shape has {ndim}; {_HALO_FORMS}"
         )
     result = []
     for w in widths:
-        pair = (w, w) if isinstance(w, int | np.integer) else tuple(w)
-        if len(pair) != 2 or not all(isinstance(x, int | np.integer) and x >= 0 for x in pair):
+        if _is_integer(w):
+            pair = [w, w]
+        elif isinstance(w, np.ndarray | Sequence) and not isinstance(w, str | bytes):
+            pair = [_integer(x, "halo", halo) for x in _entries(w, "halo", _HALO_FORMS)]
+        else:
+            raise ArgumentTypeError(f"halo={halo!r} holds {w!r} ({type(w).__name__}); {_HALO_FORMS}")
+        if len(pair) != 2 or any(x < 0 for x in pair):
             raise DecompositionError(
                 f"halo={halo!r}: each dimension needs a width >= 0 or a (low, high) pair of widths, got {w!r}"
             )
         result.append((int(pair[0]), int(pair[1])))
     return tuple(result)
+
+
+def _normalise_periodic(periodic: Any, ndim: int) -> tuple[bool, ...]:
+    hint = "give one bool or one per dimension, e.g. periodic=(True, False)"
+    wraps = [periodic] * ndim if isinstance(periodic, bool | np.bool_) else _entries(periodic, "periodic", hint)
+    if len(wraps) != ndim:
+        raise DecompositionError(f"periodic={periodic!r} needs one bool or {ndim} of them (one per dimension)")
+    for p in wraps:
+        if not isinstance(p, bool | np.bool_):
+            raise ArgumentTypeError(f"periodic={periodic!r} holds {p!r} ({type(p).__name__}); {hint}")
+    return tuple(bool(p) for p in wraps)
 
 
 class CartesianDecomposition:
@@ -63,19 +113,14 @@ class CartesianDecomposition:
         stencil: Literal["box", "star"] = "box",
     ) -> None:
         self.comm = Communicator.wrap(comm)
-        shape = tuple(int(n) for n in global_shape)
+        shape = _normalise_shape(global_shape)
         ndim = len(shape)
-        if not 1 <= ndim <= 3 or any(n < 1 for n in shape):
-            raise DecompositionError(
-                f"global_shape={tuple(global_shape)!r} must have 1 to 3 dimensions, each at least 1 point"
-            )
         self.global_shape = shape
         self.ndim = ndim
         self.halo = _normalise_halo(halo, ndim)
-        wraps = [periodic] * ndim if isinstance(periodic, bool | np.bool_) else list(periodic)
-        if len(wraps) != ndim:
-            raise DecompositionError(f"periodic={periodic!r} needs one bool or {ndim} of them (one per dimension)")
-        self.periodic = tuple(bool(p) for p in wraps)
+        self.periodic = _normalise_periodic(periodic, ndim)
+        if not isinstance(stencil, str):
+            raise ArgumentTypeError(f"stencil={stencil!r} ({type(stencil).__name__}): use 'box' or 'star'")
         if stencil not in ("box", "star"):
             raise DecompositionError(f"stencil={stencil!r}: use 'box' (faces, edges, corners) or 'star' (faces)")
         self.stencil = stencil
@@ -87,16 +132,24 @@ class CartesianDecomposition:
         self.local_shape = tuple(n + lo + hi for n, (lo, hi) in zip(self.interior_shape, self.halo, strict=True))
         self.global_slices = self.global_slices_of(self.comm.rank)
 
+    @property
+    def signature(self) -> str:
+        """What every rank's decomposition must share (HaloExchanger compares it between ranks: ranks that chose
+        different process grids would otherwise exchange messages of equal sizes into the wrong halos)."""
+        return (
+            f"global_shape={self.global_shape}, halo={self.halo}, periodic={self.periodic}, "
+            f"proc_grid={self.proc_grid}, stencil={self.stencil!r}"
+        )
+
     # -- layout -----------------------------------------------------------------------------------------
 
     def _check_proc_grid(self, proc_grid: Sequence[int] | None) -> tuple[int, ...]:
         size = self.comm.size
         if proc_grid is not None:
-            grid = tuple(int(p) for p in proc_grid)
+            hint = "give ranks per dimension (0 = choose), e.g. proc_grid=(2, 0), or None"
+            grid = tuple(_integer(p, "proc_grid", proc_grid) for p in _entries(proc_grid, "proc_grid", hint))
             if len(grid) != self.ndim or any(p < 0 for p in grid):
-                raise DecompositionError(
-                    f"proc_grid={tuple(proc_grid)!r} needs {self.ndim} non-negative entries (0 = choose)"
-                )
+                raise DecompositionError(f"proc_grid={grid!r} needs {self.ndim} non-negative entries (0 = choose)")
             if all(grid):
                 if math.prod(grid) != size:
                     raise DecompositionError(
@@ -182,6 +235,7 @@ class CartesianDecomposition:
 
         Device arrays are copied to the host first; the result is always a NumPy array.
         """
+        self.comm.rendezvous("gather()")  # a rank that never comes: a timeout, not a hang
         from mpi4py import MPI
 
         self._check_local(a, "the array to gather")
@@ -205,6 +259,7 @@ class CartesianDecomposition:
 
         Only ``root`` needs ``global_array``; the others may pass None.
         """
+        self.comm.rendezvous("scatter()")  # a rank that never comes: a timeout, not a hang
         from mpi4py import MPI
 
         sendbuf, problem, dtype = None, None, None

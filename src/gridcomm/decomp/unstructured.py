@@ -8,13 +8,14 @@ Nobody needs to know the owners in advance: ids are looked up in a directory spr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 
-from ..arrays import check_dtype, to_host
+from ..arrays import as_array, check_dtype, is_device_array, to_host
 from ..comm import Communicator
-from ..errors import DecompositionError, FieldError
+from ..errors import ArgumentTypeError, DecompositionError, FieldError, GridcommError
 from ..pattern import Pattern, PeerPlan, Rows
 
 
@@ -41,22 +42,43 @@ def _byte() -> Any:
     return MPI.BYTE
 
 
-def _agree(comm: Communicator, problem: str | None) -> None:
-    """Collective: raise DecompositionError on every rank if any rank found a problem."""
+_AGREED_ERRORS = {cls.__name__: cls for cls in (ArgumentTypeError, DecompositionError)}
+
+
+def _agree(comm: Communicator, problem: str | GridcommError | None) -> None:
+    """Collective: if any rank found a problem (a message or an error), raise the first one on every rank, as an
+    error of its class (a message: DecompositionError)."""
+    if isinstance(problem, GridcommError):
+        problem = (type(problem).__name__, str(problem))
+    elif problem is not None:
+        problem = (DecompositionError.__name__, problem)
     problems = [p for p in comm.mpi.allgather(problem) if p]
     if problems:
+        kind, message = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DecompositionError(problems[0] + more)
+        raise _AGREED_ERRORS.get(kind, DecompositionError)(message + more)
 
 
 def _ids(values: Any, what: str) -> np.ndarray:
-    ids = np.asarray(to_host(values) if not isinstance(values, list | tuple) else values)
+    """``values`` as a 1-D int64 array of global ids; ArgumentTypeError or DecompositionError naming ``what``."""
+    if is_device_array(values):
+        values = to_host(as_array(values, what))
+    if not isinstance(values, np.ndarray | Sequence) or isinstance(values, str | bytes):
+        raise ArgumentTypeError(
+            f"{what} is a {type(values).__name__}; pass the global ids as a list or a 1-D array of integers"
+        )
+    try:
+        ids = np.asarray(values)
+    except (TypeError, ValueError) as error:  # e.g. ragged nested lists
+        raise ArgumentTypeError(f"{what} is not an array of integer global ids ({error})") from None
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
         raise DecompositionError(
             f"{what} must be a 1-D array of integer global ids, got shape {ids.shape} dtype {ids.dtype}"
         )
     if ids.size and ids.min() < 0:
         raise DecompositionError(f"{what} holds a negative id ({int(ids.min())}); global ids are >= 0")
+    if ids.size and int(ids.max()) > np.iinfo(np.int64).max:
+        raise DecompositionError(f"{what} holds the id {int(ids.max())}, beyond int64; global ids are < 2**63")
     return ids.astype(np.int64)
 
 
@@ -74,13 +96,14 @@ class UnstructuredDecomposition:
 
     def __init__(self, comm: Any, owned_global_ids: Any, halo_global_ids: Any) -> None:
         self.comm = Communicator.wrap(comm)
+        self.comm.rendezvous("UnstructuredDecomposition()")
         problem = None
         try:
             owned = _ids(owned_global_ids, "owned_global_ids")
             halo = _ids(halo_global_ids, "halo_global_ids")
             problem = self._local_problem(owned, halo)
-        except DecompositionError as error:
-            owned, halo, problem = np.zeros(0, np.int64), np.zeros(0, np.int64), str(error)
+        except GridcommError as error:  # every rank must hear of it, or the others would wait for this one
+            owned, halo, problem = np.zeros(0, np.int64), np.zeros(0, np.int64), error
         _agree(self.comm, problem)
         self.owned_global_ids, self.halo_global_ids = owned, halo
         self.n_owned, self.n_halo = len(owned), len(halo)
@@ -182,6 +205,7 @@ class UnstructuredDecomposition:
     def gather(self, a: Any, root: int = 0) -> np.ndarray | None:
         """Collective: on ``root`` an array indexed by global id (ids must be 0..N-1 over all ranks) holding the
         owned rows of every rank; None elsewhere. Device arrays are copied to the host."""
+        self.comm.rendezvous("gather()")  # a rank that never comes: a timeout, not a hang
         rows = np.ascontiguousarray(to_host(self.owned(a)))
         # Every rank checks the ids (unique, so 0..N-1 iff none is >= N), so that all raise, not only root.
         owned = self.owned_global_ids
@@ -204,6 +228,7 @@ class UnstructuredDecomposition:
     ) -> Any:
         """Collective: a local array whose owned rows come from ``global_array`` (indexed by global id) on
         ``root``; halo rows are zero until the first exchange."""
+        self.comm.rendezvous("scatter()")  # a rank that never comes: a timeout, not a hang
         ids = self.comm.mpi.gather(self.owned_global_ids, root=root)
         parts = None
         if self.comm.rank == root:

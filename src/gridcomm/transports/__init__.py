@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..comm import Communicator
-from ..errors import TransportError
+from ..errors import ArgumentTypeError, TransportError
 from .base import Channel, Transport
 from .cma import CmaTransport
 from .ipc import IpcTransport
@@ -31,6 +33,7 @@ __all__ = [
     "available",
     "choose",
     "names",
+    "requested",
 ]
 
 
@@ -44,12 +47,32 @@ def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
     return {name: cls().unusable_reason(comm, on_device) for name, cls in sorted(_REGISTRY.items())}
 
 
+def requested(transport: str | Transport) -> str:
+    """What ``transport`` asks for, checked here without communicating: ``"auto"``, a transport's name, or a
+    configured Transport's repr. ArgumentTypeError for another type, TransportError for an unknown name.
+
+    ``choose`` may be collective (a transport's first check of a communicator), so a constructor compares what
+    every rank requested first: ranks asking for different transports must all raise, not wait for each other.
+    """
+    if isinstance(transport, Transport):
+        return repr(transport) if dataclasses.is_dataclass(transport) else type(transport).__qualname__
+    if not isinstance(transport, str):
+        raise ArgumentTypeError(
+            f"transport={transport!r} ({type(transport).__name__}) names no transport; give 'auto', one of "
+            f"{names()}, or a configured Transport (e.g. MpiTransport(method='neighbor'))"
+        )
+    if transport != "auto" and transport not in _REGISTRY:
+        raise TransportError(f"transport={transport!r} is unknown; use 'auto' or one of {names()}")
+    return transport
+
+
 def choose(transport: str | Transport, comm: Communicator, on_device: bool, exclude: tuple[str, ...] = ()) -> Transport:
     """The transport for ``transport`` (a name, ``"auto"``, or a configured Transport), checked usable here.
 
     ``"auto"`` takes the first usable transport in order of preference for where the fields live, leaving
     out the names in ``exclude``.
     """
+    requested(transport)  # raises for what names no transport
     if isinstance(transport, Transport):
         chosen = transport
     elif transport == "auto":
@@ -59,10 +82,8 @@ def choose(transport: str | Transport, comm: Communicator, on_device: bool, excl
             detail = "; ".join(f"{name}: {why}" for name, why in reasons.items())
             raise TransportError(f"no transport can move these fields here ({detail})")
         chosen = _REGISTRY[usable[0]]()
-    elif transport in _REGISTRY:
-        chosen = _REGISTRY[transport]()
     else:
-        raise TransportError(f"transport={transport!r} is unknown; use 'auto' or one of {names()}")
+        chosen = _REGISTRY[transport]()
     reason = chosen.unusable_reason(comm, on_device)
     if reason is not None:
         raise TransportError(f"transport {chosen.name!r} cannot be used: {reason}")

@@ -1,4 +1,4 @@
-"""The one small interface every transport implements, and the polite wait they share.
+"""The one small interface every transport implements.
 
 A :class:`Transport` is a choice (with its options) that can tell whether it works here and binds to one
 exchange's messages; the bound :class:`Channel` moves those messages, again and again, with nothing
@@ -7,51 +7,15 @@ allocated per exchange.
 
 from __future__ import annotations
 
-import os
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from ..comm import Communicator
+from ..waiting import poll_until, wait_on_stream
+
+__all__ = ["Channel", "PackerKind", "Transport", "poll_until", "wait_on_stream"]
 
 PackerKind = Literal["copy", "datatype", "direct"]
-
-# Waits shorter than this spin (yielding the core); longer ones sleep between tests. MPI moves large
-# messages in chunks, each needing a test on both sides, so sleeping early would stall every chunk.
-_SPIN_S = 1.0
-_SLEEP_S = 100e-6
-
-
-def poll_until(done: Callable[[], bool], timeout: float, on_timeout: Callable[[float], Exception]) -> None:
-    """Call ``done()`` until it returns True; after ``timeout`` seconds raise ``on_timeout(elapsed)``.
-
-    Spins, yielding the core after each test so that ranks oversubscribed on few cores do not starve the
-    peer they wait for; after a second it sleeps 100 µs between tests.
-    """
-    if done():
-        return
-    start = time.perf_counter()
-    while True:
-        if done():
-            return
-        elapsed = time.perf_counter() - start
-        if elapsed > timeout:
-            raise on_timeout(elapsed)
-        if elapsed < _SPIN_S:
-            os.sched_yield()
-        else:
-            time.sleep(_SLEEP_S)
-
-
-def wait_on_stream(stream: Any, event: Any, timeout: float, on_timeout: Callable[[float], Exception]) -> None:
-    """Record ``event`` on ``stream`` and wait on the host until the GPU has reached it, or raise
-    ``on_timeout(elapsed)``; nothing while ``stream`` is being captured into a CUDA graph (the graph's
-    replays are waited for by whoever launches them)."""
-    if stream.is_capturing():
-        return
-    event.record(stream)
-    poll_until(lambda: event.done, timeout, on_timeout)
 
 
 class Channel(ABC):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class _Iovec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
+@functools.cache  # find_library runs ldconfig: once per process, not per exchanger
 def _libc() -> Any:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.process_vm_readv.restype = ctypes.c_ssize_t

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..comm import Communicator
-from ..errors import GridcommTimeout
+from ..errors import ArgumentError, GridcommTimeout
 from .base import Channel, PackerKind, Transport, poll_until
 
 
@@ -33,9 +33,9 @@ class MpiTransport(Transport):
 
     def __post_init__(self) -> None:
         if self.method not in ("p2p", "neighbor"):
-            raise ValueError(f"MpiTransport(method={self.method!r}): use 'p2p' or 'neighbor'")
+            raise ArgumentError(f"MpiTransport(method={self.method!r}): use 'p2p' or 'neighbor'")
         if self.packing not in ("datatype", "copy"):
-            raise ValueError(f"MpiTransport(packing={self.packing!r}): use 'datatype' or 'copy'")
+            raise ArgumentError(f"MpiTransport(packing={self.packing!r}): use 'datatype' or 'copy'")
 
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
         if on_device and not comm.cuda_aware:

@@ -1,0 +1,67 @@
+"""Fuzzing of the public constructors with hypothesis: every input either works and is bitwise right, or raises
+one of gridcomm's documented errors on every rank; never a bare TypeError/ValueError, a NumPy error from deep
+inside, a crash or a hang.
+
+The cases, oracles and serial references are in tests/mpi_programs/checks_fuzz.py. Each constructor's property
+runs twice: in this process on one rank (hypothesis shrinks a failure right here), and under mpiexec on 4 ranks,
+each example on 1 to 4 of them, with faults on one rank or on all. Both draw derandomized examples (the same
+every run). Together about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from checks_fuzz import CONSTRUCTORS, SCALE, run_case
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+from conftest import needs_mpiexec
+
+# Examples per constructor in process, as a share of the MPI run's (these are cheaper: no other ranks to wait for).
+IN_PROCESS_SHARE = 0.5
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTORS))
+def test_constructor_fuzzed_on_one_rank(name):
+    """The property of checks_fuzz on one rank, in process: COMM_WORLD here is a singleton."""
+    constructor = CONSTRUCTORS[name]
+    examples = max(1, round(constructor.examples * SCALE * IN_PROCESS_SHARE))
+    seen = {"examples": 0, "with a fault": 0}
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+    @given(st.data())
+    def property_holds(data):
+        case = data.draw(constructor.cases(1), label="case")
+        seen["examples"] += 1
+        seen["with a fault"] += case.fault is not None
+        sub = MPI.COMM_WORLD.Dup()
+        try:
+            problems = run_case(sub, case)
+        finally:
+            sub.Free()
+        assert not problems, "\n".join(problems)
+
+    start = time.perf_counter()
+    property_holds()
+    seconds = time.perf_counter() - start
+    print(f"{name}: {seen['examples']} examples ({seen['with a fault']} with a fault) in {seconds:.1f} s")
+    assert seen["examples"] >= examples // 2, seen  # hypothesis stops early only when it runs out of cases
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+def test_constructors_fuzzed_on_1_to_4_ranks(mpi_checks):
+    """checks_fuzz on 4 ranks: every constructor's property, each example on 1 to 4 ranks."""
+    start = time.perf_counter()
+    mpi_checks("checks_fuzz", 4, timeout=240)
+    assert time.perf_counter() - start < 150

@@ -1,0 +1,194 @@
+"""Faults: a rank killed or silent mid-run ends the whole job in bounded time, with a message, leaving no process.
+
+Each case runs tests/mpi_programs/faults.py on 4 ranks. With the launcher's own cleanup (MPICH's hydra kills
+the job when a rank dies) and without it (``-disable-auto-cleanup``: then gridcomm's timeout and abort are what
+end it), on every host transport.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import MPIEXEC, PROGRAMS, _descendants, _kill, needs_mpiexec
+from gpu_support import needs_gpus
+from gridcomm import launch
+from gridcomm.comm import check_on_timeout, check_timeout
+from gridcomm.errors import ArgumentError, ArgumentTypeError
+from gridcomm.validate import check_validate
+
+RANKS = 4
+TIMEOUT_S = 3  # gridcomm's, inside the job
+SLACK_S = 40  # start-up of 4 Python ranks on 2 busy cores, the abort, the launcher's cleanup
+
+
+def _is_hydra() -> bool:
+    if MPIEXEC is None:
+        return False
+    try:
+        return "HYDRA" in subprocess.run([MPIEXEC, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+HYDRA = _is_hydra()
+
+
+def run_fault(
+    fault: str,
+    transport: str,
+    tmp_path: Path,
+    launcher_cleanup: bool = True,
+    ranks: int = RANKS,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, float]:
+    """Run faults.py on ``ranks`` ranks; (exit status, output, seconds). Fails the test if the job outlives
+    TIMEOUT_S + SLACK_S or leaves a rank behind."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    command = launch.mpiexec_command(ranks, [sys.executable, str(PROGRAMS / "faults.py"), fault, transport, str(pids)])
+    if not launcher_cleanup:
+        command[1:1] = ["-disable-auto-cleanup"]
+    environ = launch.rank_environment(ranks, {k: v for k, v in os.environ.items() if not k.startswith("GRIDCOMM_")})
+    environ.update({"GRIDCOMM_TIMEOUT": str(TIMEOUT_S), "PYTHONUNBUFFERED": "1", **(env or {})})
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, start_new_session=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S + SLACK_S)
+    except subprocess.TimeoutExpired:
+        ranks = _descendants(proc.pid)
+        _kill(proc)
+        for pid in ranks:
+            os.kill(pid, 9)
+        pytest.fail(f"{fault}/{transport}: the job still ran after {TIMEOUT_S + SLACK_S} s: a hang", pytrace=False)
+    seconds = time.monotonic() - start
+    text = out.decode("utf-8", errors="replace")
+    time.sleep(0.5)  # the launcher has returned; give the kernel a moment to reap what it killed
+    left = [p.name for p in pids.iterdir() if _alive(int(p.read_text()))]
+    assert not left, f"{fault}/{transport}: rank(s) {left} still running after the job ended:\n{text[-4000:]}"
+    assert len(list(pids.iterdir())) == ranks, f"not every rank started:\n{text[-4000:]}"
+    return proc.returncode, text, seconds
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _gridcomm_abort(text: str, rank_waited_for: int) -> bool:
+    return "timed out" in text and f"rank(s) {rank_waited_for}" in text and "aborts the job" in text
+
+
+TRANSPORTS = ["mpi", "neighbor", "cma"]
+
+
+def _reports_the_death(text: str) -> bool:
+    """The launcher's report of a rank killed by signal 9, or gridcomm's timeout naming rank 3 and the abort."""
+    return "signal 9" in text or "KILLED BY SIGNAL" in text.upper() or _gridcomm_abort(text, RANKS - 1)
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("launcher_cleanup", [True, False], ids=["launcher-cleanup", "no-launcher-cleanup"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_killed_rank_ends_the_job(transport, launcher_cleanup, tmp_path):
+    """SIGKILL on rank 3 mid-run ends every rank with a report of it. With the launcher's cleanup, hydra does
+    it; with ``-disable-auto-cleanup`` the dead rank's neighbours time out, name it and abort (or hydra still
+    ends the job first: it does so in some runs)."""
+    if not launcher_cleanup and not HYDRA:
+        pytest.skip("-disable-auto-cleanup is an option of MPICH's hydra launcher")
+    rc, text, _ = run_fault("kill", transport, tmp_path, launcher_cleanup=launcher_cleanup)
+    assert rc != 0, f"the job exited 0 although rank 3 was killed:\n{text[-4000:]}"
+    assert _reports_the_death(text), f"nothing says that rank 3 died:\n{text[-4000:]}"
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("transport", ["mpi", "cma"])
+def test_silent_rank_ends_the_job_with_a_timeout_naming_it(transport, tmp_path):
+    """Rank 3 stays alive but stops exchanging: its neighbours time out naming it, and the job is aborted."""
+    rc, text, seconds = run_fault("silent", transport, tmp_path)
+    assert rc != 0
+    assert _gridcomm_abort(text, RANKS - 1), f"no timeout naming rank 3, then an abort:\n{text[-4000:]}"
+    assert "halo exchange #21" in text, text[-4000:]
+    assert seconds >= TIMEOUT_S
+
+
+@needs_mpiexec
+def test_rank_that_never_builds_the_exchanger_ends_the_job(tmp_path):
+    """Rank 3 never calls HaloExchanger(...): the others give up in the constructor instead of hanging in it."""
+    rc, text, _seconds = run_fault("late", "mpi", tmp_path)
+    assert rc != 0
+    assert "HaloExchanger() (waiting for every rank to call it) timed out" in text, text[-4000:]
+    assert "aborts the job" in text
+
+
+def test_on_timeout_setting(monkeypatch):
+    monkeypatch.delenv("GRIDCOMM_ON_TIMEOUT", raising=False)
+    assert check_on_timeout(None) == "abort"
+    monkeypatch.setenv("GRIDCOMM_ON_TIMEOUT", "raise")
+    assert check_on_timeout(None) == "raise"
+    assert check_on_timeout("abort") == "abort"
+    monkeypatch.setenv("GRIDCOMM_ON_TIMEOUT", "ignore")
+    with pytest.raises(ArgumentError, match="GRIDCOMM_ON_TIMEOUT='ignore'"):
+        check_on_timeout(None)
+    with pytest.raises(ArgumentError, match="on_timeout='later'"):
+        check_on_timeout("later")
+
+
+def test_timeout_and_validate_settings(monkeypatch):
+    assert check_timeout(None, 60.0) == 60.0
+    assert check_timeout(2, 60.0) == 2.0
+    for bad in (0, -1, float("nan"), "soon"):
+        with pytest.raises(ArgumentError, match="timeout"):
+            check_timeout(bad, 60.0)
+    with pytest.raises(ArgumentTypeError):
+        check_timeout(True, 60.0)
+    monkeypatch.delenv("GRIDCOMM_VALIDATE", raising=False)
+    assert check_validate(None) is False
+    monkeypatch.setenv("GRIDCOMM_VALIDATE", "1")
+    assert check_validate(None) is True
+    assert check_validate(False) is False
+    monkeypatch.setenv("GRIDCOMM_VALIDATE", "sometimes")
+    with pytest.raises(ArgumentError, match="GRIDCOMM_VALIDATE"):
+        check_validate(None)
+    with pytest.raises(ArgumentTypeError, match="validate"):
+        check_validate("yes")
+
+
+@needs_mpiexec
+@pytest.mark.gpu
+@needs_gpus(2)
+@pytest.mark.parametrize("fault", ["kill", "silent"])
+@pytest.mark.parametrize("transport", ["nccl", "ipc", "staged"])
+def test_gpu_faults_end_the_job(transport, fault, tmp_path):
+    """On 2 GPUs: rank 1 killed, or silent, mid-run: the job ends in bounded time, no rank left behind; a
+    silent peer is named in rank 0's timeout."""
+    rc, text, _ = run_fault(fault, transport, tmp_path, ranks=2, env={"GRIDCOMM_CHECK_DEVICE": "gpu"})
+    assert rc != 0, text[-4000:]
+    if fault == "silent":
+        assert _gridcomm_abort(text, 1), f"no timeout naming rank 1, then an abort:\n{text[-4000:]}"
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_validation_names_a_corrupted_halo(mpi_checks, nranks):
+    """checks_validate: a changed cell is reported with its field, peer and box; right exchanges pass."""
+    mpi_checks("checks_validate", nranks, timeout=120)
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("program", ["checks_exchange", "checks_unstructured", "checks_transpose"])
+def test_validation_passes_every_right_exchange(mpi_checks, program):
+    """The exchange, unstructured and transposition suites with GRIDCOMM_VALIDATE=1: no false alarm (every
+    transport, dtype, memory order, trailing axis and periodic wrap the suites cover)."""
+    # The unstructured suite's hypothesis part at 300 examples (of 1800 in its own run): about 15 s.
+    mpi_checks(program, 3, timeout=300, env={"GRIDCOMM_VALIDATE": "1", "GRIDCOMM_UNSTRUCTURED_EXAMPLES": "300"})
