@@ -192,3 +192,25 @@ def test_validation_passes_every_right_exchange(mpi_checks, program):
     transport, dtype, memory order, trailing axis and periodic wrap the suites cover)."""
     # The unstructured suite's hypothesis part at 300 examples (of 1800 in its own run): about 15 s.
     mpi_checks(program, 3, timeout=300, env={"GRIDCOMM_VALIDATE": "1", "GRIDCOMM_UNSTRUCTURED_EXAMPLES": "300"})
+
+
+def test_dropping_an_unclosed_exchanger_warns(decompose):
+    """An exchanger dropped without close() keeps its MPI objects: a ResourceWarning says so; a closed one is quiet."""
+    import gc
+    import warnings
+
+    import numpy as np
+
+    from gridcomm import HaloExchanger
+
+    d = decompose((8,), halo=1, periodic=True)
+    exchanger = HaloExchanger(d, d.zeros(np.float64))
+    with pytest.warns(ResourceWarning, match="dropped without close"):
+        del exchanger
+        gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        with HaloExchanger(d, d.zeros(np.float64)) as closed:
+            closed.exchange()
+        del closed
+        gc.collect()

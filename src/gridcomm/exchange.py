@@ -7,6 +7,7 @@ receives are written into destination arrays; :class:`HaloExchanger` is the case
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, ClassVar, NoReturn, Self
 
@@ -274,6 +275,17 @@ class BoundExchange:
 
     def __enter__(self) -> Self:
         return self
+
+    def __del__(self) -> None:
+        # Freeing MPI requests, datatypes and (neighbor) communicators here is not safe (the last is collective),
+        # so a dropped, unclosed exchanger leaks them until the process ends: say so where it happened.
+        if getattr(self, "_closed", True) is False:
+            warnings.warn(
+                f"{type(self).__name__} (tag {self.tag}) was dropped without close(): its MPI requests and buffers "
+                "stay allocated until the process ends; close it, or build it in a with block",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         # An error (a timeout, say) that leaves an exchange in flight must reach the caller unchanged, and the
