@@ -86,8 +86,15 @@ def _kill(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_mpi(nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run ``python argv...`` on ``nranks`` ranks (oversubscribed) under mpiexec; (returncode, output).
+def run_mpi(
+    nranks: int,
+    argv: Sequence[str],
+    timeout: float,
+    env: dict[str, str] | None = None,
+    launcher_args: Sequence[str] = (),
+) -> tuple[int, str]:
+    """Run ``python argv...`` on ``nranks`` ranks (oversubscribed) under mpiexec, given ``launcher_args`` too;
+    (returncode, output).
 
     stdout and stderr are merged and decoded leniently (MPICH output may hold NUL bytes). On passing
     ``timeout`` seconds of wall time the whole process group is killed and the test fails with the output.
@@ -107,6 +114,7 @@ def run_mpi(nranks: int, argv: Sequence[str], timeout: float, env: dict[str, str
     full_env.update({"GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S), "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
     full_env.update(env or {})
     cmd = launch.mpiexec_command(nranks, [sys.executable, *argv], MPIEXEC)  # Open MPI needs --oversubscribe
+    cmd[1:1] = launcher_args
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, cwd=TESTS.parent,
         start_new_session=True,

@@ -7,17 +7,14 @@ end it), on every host transport.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import MPIEXEC, PROGRAMS, _descendants, _kill, needs_mpiexec
+from conftest import MPIEXEC, PROGRAMS, needs_mpiexec, run_mpi
 from gpu_support import needs_gpus
-from gridcomm import launch
 from gridcomm.comm import check_on_timeout, check_timeout
 from gridcomm.errors import ArgumentError, ArgumentTypeError
 from gridcomm.validate import check_validate
@@ -48,33 +45,23 @@ def run_fault(
     env: dict[str, str] | None = None,
 ) -> tuple[int, str, float]:
     """Run faults.py on ``ranks`` ranks; (exit status, output, seconds). Fails the test if the job outlives
-    TIMEOUT_S + SLACK_S or leaves a rank behind."""
+    TIMEOUT_S + SLACK_S (run_mpi) or leaves a rank behind."""
     pids = tmp_path / "pids"
     pids.mkdir()
-    command = launch.mpiexec_command(ranks, [sys.executable, str(PROGRAMS / "faults.py"), fault, transport, str(pids)])
-    if not launcher_cleanup:
-        command[1:1] = ["-disable-auto-cleanup"]
-    environ = launch.rank_environment(ranks, {k: v for k, v in os.environ.items() if not k.startswith("GRIDCOMM_")})
-    environ.update({"GRIDCOMM_TIMEOUT": str(TIMEOUT_S), "PYTHONUNBUFFERED": "1", **(env or {})})
     start = time.monotonic()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, start_new_session=True
+    rc, text = run_mpi(
+        ranks,
+        [str(PROGRAMS / "faults.py"), fault, transport, str(pids)],
+        TIMEOUT_S + SLACK_S,
+        {"GRIDCOMM_TIMEOUT": str(TIMEOUT_S), **(env or {})},
+        () if launcher_cleanup else ("-disable-auto-cleanup",),
     )
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S + SLACK_S)
-    except subprocess.TimeoutExpired:
-        ranks = _descendants(proc.pid)
-        _kill(proc)
-        for pid in ranks:
-            os.kill(pid, 9)
-        pytest.fail(f"{fault}/{transport}: the job still ran after {TIMEOUT_S + SLACK_S} s: a hang", pytrace=False)
     seconds = time.monotonic() - start
-    text = out.decode("utf-8", errors="replace")
     time.sleep(0.5)  # the launcher has returned; give the kernel a moment to reap what it killed
     left = [p.name for p in pids.iterdir() if _alive(int(p.read_text()))]
     assert not left, f"{fault}/{transport}: rank(s) {left} still running after the job ended:\n{text[-4000:]}"
     assert len(list(pids.iterdir())) == ranks, f"not every rank started:\n{text[-4000:]}"
-    return proc.returncode, text, seconds
+    return rc, text, seconds
 
 
 def _alive(pid: int) -> bool:

@@ -29,16 +29,7 @@ ABORT_GRACE_S = 1.0  # seconds between printing a timeout and aborting the job
 
 def default_timeout() -> float:
     """Seconds a rank waits for its peers before raising GridcommTimeout (``GRIDCOMM_TIMEOUT``, else 60)."""
-    value = os.environ.get("GRIDCOMM_TIMEOUT")
-    if value is None or value == "":
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ArgumentError(f"GRIDCOMM_TIMEOUT={value!r} is not a number of seconds; set it to e.g. 60") from None
-    if not 0 < seconds < math.inf:
-        raise ArgumentError(f"GRIDCOMM_TIMEOUT={value!r} must be a positive, finite number of seconds")
-    return seconds
+    return check_timeout(os.environ.get("GRIDCOMM_TIMEOUT") or None, DEFAULT_TIMEOUT_S, "GRIDCOMM_TIMEOUT")
 
 
 _GRIDCOMM_ERRORS = (ArgumentError, ArgumentTypeError, DecompositionError, FieldError, PatternError, TransportError)
@@ -76,19 +67,19 @@ def check_on_timeout(value: str | None) -> str:
     return value
 
 
-def check_timeout(value: float | None, default: float) -> float:
-    """``value`` as positive seconds, or ``default`` when None."""
+def check_timeout(value: float | str | None, default: float, name: str = "timeout") -> float:
+    """``value`` (the argument or setting ``name``) as positive, finite seconds, or ``default`` when None."""
     if value is None:
         return default
     if isinstance(value, bool):
-        raise ArgumentTypeError(f"timeout={value!r}: give a number of seconds, not a bool")
+        raise ArgumentTypeError(f"{name}={value!r}: give a number of seconds, not a bool")
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        raise ArgumentError(f"timeout={value!r} is not a number of seconds") from None
+        raise ArgumentError(f"{name}={value!r} is not a number of seconds; give e.g. 60") from None
     if not 0 < seconds < math.inf:
         raise ArgumentError(
-            f"timeout={value!r} must be a positive, finite number of seconds (an endless wait is a hang)"
+            f"{name}={value!r} must be a positive, finite number of seconds (an endless wait is a hang)"
         )
     return seconds
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
@@ -27,6 +28,14 @@ def _compatible_orders(a: Any) -> str:
     """Memory orders a field can be read in: 'C', 'F', or 'CF' when both describe it (e.g. 1-D)."""
     flags = a.flags
     return ("C" if flags.c_contiguous else "") + ("F" if flags.f_contiguous else "")
+
+
+def check_same_transport(asked: Sequence[Any]) -> None:
+    """PatternError unless every rank asked for the same transport (``asked``: each rank's, in rank order)."""
+    if len(set(asked)) > 1:
+        raise PatternError(
+            f"ranks ask for different transports ({dict(enumerate(asked))}); every rank must pass the same"
+        )
 
 
 class ExchangeHandle:
@@ -394,10 +403,7 @@ class HaloExchanger(BoundExchange):
         on_device, transports, decompositions = zip(*everyone, strict=True)
         if len(set(on_device)) > 1:
             raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
-        if len(set(transports)) > 1:
-            raise PatternError(
-                f"ranks ask for different transports ({dict(enumerate(transports))}); every rank must pass the same"
-            )
+        check_same_transport(transports)
         if len(set(decompositions)) > 1:
             raise PatternError(
                 f"ranks built different decompositions ({dict(enumerate(decompositions))}); build it with the same "

@@ -19,7 +19,7 @@ import numpy as np
 from .arrays import as_array, check_dtype, is_device_array, memory_order
 from .comm import Communicator
 from .errors import FieldError, PatternError
-from .exchange import BoundExchange, _compatible_orders, gather_or_raise
+from .exchange import BoundExchange, _compatible_orders, check_same_transport, gather_or_raise
 from .packing import FieldSpec, Layout, run_grid
 from .pattern import Box, Pattern, PeerPlan
 from .transports import Transport, choose, requested
@@ -186,9 +186,7 @@ class Transposer(BoundExchange):
             asked, problem = requested(transport), None
         except Exception as error:  # every rank must hear of it, or the others would wait for this one
             asked, problem = None, error
-        transports = dict(enumerate(gather_or_raise(self.comm.mpi, asked, problem, "arguments")))
-        if len(set(transports.values())) > 1:
-            raise PatternError(f"ranks ask for different transports ({transports}); every rank must pass the same")
+        check_same_transport(gather_or_raise(self.comm.mpi, asked, problem, "arguments"))
         self.on_device = False
         self.transport = choose(transport, self.comm, self.on_device)
         self._raw = (raw_sources, raw_destinations)
