@@ -38,19 +38,25 @@ print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", num
 from mpi4py import MPI; print(MPI.Get_library_version())'; which mpirun mpiexec; nvcc --version | tail -2; \
 $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -m gridcomm info"
         ;;
+      tests-transpose)  # the Transposer's suites on the GPU only
+        stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
+          tests/test_gpu.py -k transpose
+        ;;
       tests-quick)  # everything but the MPI correctness suites (run by `tests`)
         stage tests-quick 200 $py -m pytest -m gpu -q -rs --timeout=180 -p no:cacheprovider -k "not suite and not property" \
           tests/test_gpu.py tests/test_stencil2d.py
         ;;
       tests)
         # shellcheck disable=SC2046  # the existing files, one word each
-        stage tests 270 $py -m pytest -m gpu -q -rs --timeout=250 --durations=15 --maxfail=30 -p no:cacheprovider \
-          $(ls tests/test_gpu.py tests/test_stencil2d.py 2>/dev/null)
+        stage tests 480 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 -p no:cacheprovider \
+          $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py 2>/dev/null)
         ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
+      bench-spectral1) stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 \
+          --out "$dir/results" ;;
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
       bench-stencil2d) stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
       bench-stencil2d1) stage bench-stencil2d1 100 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;
@@ -60,9 +66,12 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       hygiene)  # 1,000 exchangers and transposers made and closed on 2 GPUs: device memory, IPC, streams, events
         stage hygiene 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_hygiene.py
         ;;
-      soak)  # 100,000 exchanges on 2 GPUs per transport, checked bitwise every 1,000 (about 10 s each expected)
-        for transport in ipc nccl; do
-          stage "soak-$transport" 280 $py -m gridcomm bench soak --gpu --np 2 --transport "$transport" --out "$dir/results"
+      soak)  # 100,000 exchanges per transport, checked bitwise every 1,000: on 2 GPUs, or on the one GPU lent
+        # (1 rank, periodic: every halo is the rank's own wrap; 2 processes time-sharing one GPU take ms per step)
+        transports="ipc nccl" np=2
+        [ "$ngpu" -lt 2 ] && transports="ipc nccl staged" np=1
+        for transport in $transports; do
+          stage "soak-$transport" 280 $py -m gridcomm bench soak --gpu --np $np --transport "$transport" --out "$dir/results"
         done
         ;;
       *) summary+=("$step: unknown stage") ;;

@@ -51,7 +51,7 @@ def main() -> int:
     )
     for unroll, blocks_per_sm in variants:
         cuda.UNROLL, cuda.BLOCKS_PER_SM = unroll, blocks_per_sm
-        transfer = run_transfer(comm, SIZES, ["ipc"], args.samples)
+        transfer = run_transfer(comm, SIZES, {"ipc": "ipc"}, args.samples)
         halos = [pack_unpack_gbps(comm, case, args.samples) for case in HALOS]
         row = {
             "unroll": unroll,

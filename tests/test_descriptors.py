@@ -93,7 +93,7 @@ def test_descriptor_tables_move_every_halo(case):
     # Senders read their interiors only and receivers write their halos only: any order of replay works.
     for rank, (layout, own) in enumerate(layouts):
         rows = Descriptors(np)
-        rows.local(own, arrays[rank])
+        rows.local(own, arrays[rank], arrays[rank])
         if direct:  # ipc: from this rank's fields into the receiver's, paired segment by segment
             for message in layout.sends:
                 there = next(m for m in layouts[message.peer][0].recvs if m.peer == rank)
@@ -127,10 +127,10 @@ def test_rows_keep_the_widest_aligned_unit():
     a = np.zeros(d.local_shape)  # runs of 16 doubles (128 B) at 16-byte-aligned rows
     own = _layouts(d, [spec])[1]
     rows = Descriptors(np)
-    rows.local(own, [a])
+    rows.local(own, [a], [a])
     units = {row[UNIT] for row in rows.rows}
     assert units == {16 if address(a) % 16 == 0 else 8}, units
     odd = np.zeros(d.local_shape, dtype=np.int8)
     rows = Descriptors(np)
-    rows.local(_layouts(d, [FieldSpec(np.dtype("int8"), "C")])[1], [odd])
+    rows.local(_layouts(d, [FieldSpec(np.dtype("int8"), "C")])[1], [odd], [odd])
     assert {row[UNIT] for row in rows.rows} <= {1, 2, 4, 8, 16}

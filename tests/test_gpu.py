@@ -43,6 +43,23 @@ def test_unstructured_suite_on_gpu(mpi_checks, nranks):
     mpi_checks("checks_unstructured", nranks, timeout=240, env=env)
 
 
+@pytest.mark.parametrize("nranks", RANK_COUNTS)
+def test_transpose_suite_on_gpu(mpi_checks, nranks):
+    """The Transposer's host suite over every GPU transport (both ipc methods), streams, graphs, random cases."""
+    mpi_checks("checks_gpu_transpose", nranks, timeout=300, env=ON_GPU)
+
+
+def test_transpose_suite_with_ranks_sharing_a_gpu(mpi_checks):
+    """3 ranks on the GPUs there are (several per GPU): CUDA IPC between processes of one device works too;
+    NCCL refuses two ranks on one device, so staged and ipc only."""
+    env = {
+        **ON_GPU,
+        "GRIDCOMM_CHECK_TRANSPORTS": "staged,ipc,ipc/copy-engine",
+        "GRIDCOMM_PROPERTY_TRANSPOSE_EXAMPLES": "40",
+    }
+    mpi_checks("checks_gpu_transpose", 3, timeout=300, env=env)
+
+
 @needs_gpus(2)
 def test_gpu_transports_between_two_gpus(mpi_checks):
     """Streams, graphs, timeouts and device checks that need a peer GPU (tests/mpi_programs/checks_gpu.py)."""

@@ -69,9 +69,9 @@ class CapturedExchange:
     communicator therefore releases the graph, after which ``launch`` raises.
     """
 
-    def __init__(self, graph: Any, exchanger: HaloExchanger) -> None:
+    def __init__(self, graph: Any, exchanger: BoundExchange) -> None:
         self._graph = graph
-        self._exchanger: HaloExchanger | None = exchanger  # its buffers must outlive the graph
+        self._exchanger: BoundExchange | None = exchanger  # its buffers must outlive the graph
 
     def launch(self, stream: Any = None) -> None:
         """Enqueue one replay on ``stream`` (a CuPy stream; None: the current stream)."""
@@ -84,6 +84,19 @@ class CapturedExchange:
     def close(self) -> None:
         """Free the graph now (also done by the exchanger's and the communicator's close)."""
         self._graph = self._exchanger = None
+
+
+def check_on_current_gpu(rank: int, named: Sequence[tuple[str, Any]]) -> None:
+    """FieldError unless every (name, CuPy array) lives on the current GPU (one rank per GPU: use_local_gpu)."""
+    import cupy
+
+    current = cupy.cuda.Device().id
+    elsewhere = {name: a.device.id for name, a in named if a.device.id != current}
+    if elsewhere:
+        raise FieldError(
+            f"rank {rank}: {elsewhere} (array: GPU) are not on the current GPU {current}; allocate them after "
+            "gridcomm.use_local_gpu(comm), or make their GPU current"
+        )
 
 
 class BoundExchange:
@@ -161,33 +174,54 @@ class BoundExchange:
         )
         self._own: PeerPlan | None = next((p for p in full.peers if p.rank == rank), None)
 
-    def _bind(self, own: Layout | None) -> None:
-        """Make the packer the transport reads and writes through, and the transport's channel (collective).
+    def _own_layout(self) -> Layout | None:
+        """The layout of what this rank sends itself when the GPU kernels (or the ipc copies) can copy it source
+        to destination in the same launch as the rest: on the GPU, when its boxes pair one to one with equal
+        extents (a periodic wrap, a transposition's diagonal block). Otherwise None: ``_bind`` then copies it
+        through ``local_copies``."""
+        own = self._own
+        if own is None or not self.on_device:
+            return None
+        if len(own.send) != len(own.recv) or any(s.shape != r.shape for s, r in zip(own.send, own.recv, strict=True)):
+            return None
+        alone = Pattern(self.pattern.local_shape, (own,), recv_shape=self.pattern.recv_shape)
+        return Layout.build(alone, self.layout.fields)
 
-        ``own`` is the layout of what this rank sends itself (a periodic wrap over one rank), or None.
-        """
+    def _bind(self) -> None:
+        """Make the packer the transport reads and writes through, and the transport's channel (collective)."""
         kind = self.transport.packer_kind(self.on_device)
-        self._local_copies: list[tuple[Any, Any]] = []
         specs = self.layout.fields
-        # Bytes copied on the host from this rank to itself per exchange (a periodic wrap over one rank, a
-        # transposition's diagonal block); 0 for GPU fields, whose pack kernel copies them.
-        own_items = 0 if self._own is None or self.on_device else self._own.recv_size
+        own = self._own_layout()
+        # What this rank sends itself and no kernel copies: view to view on the host (or on the exchange's
+        # stream), through a scratch array where the boxes are cut differently on the two sides.
+        copied = self._own is not None and own is None
+        self._local_copies: list[tuple[Any, Any]] = (
+            local_copies(self._own, specs, self.sources, self.destinations, self.xp) if copied else []
+        )
+        # Bytes copied outside the transport's kernels from this rank to itself per exchange.
+        own_items = self._own.recv_size if copied else 0
         self.local_copy_nbytes = sum(own_items * spec.row_items * spec.dtype.itemsize for spec in specs)
-        if self.on_device:  # the GPU kernels copy what a rank sends itself in the same launch as the rest
-            if self.destinations is not self.sources:
-                raise FieldError("exchanges into separate destination arrays are not available on the GPU yet")
+        if self.on_device:
             packer: Any = DirectPacker if kind == "direct" else CudaPacker
-            self.packer = packer(self.layout, self.sources, own)
+            self.packer = packer(self.layout, self.sources, own, self.destinations)
+        elif kind == "datatype":
+            self.packer = DatatypePacker(self.layout, self.sources, self.destinations)
+        elif kind == "direct":
+            self.packer = DirectPacker(self.layout, self.sources, destinations=self.destinations)
         else:
-            if self._own is not None:  # only boxes: unstructured patterns never send to their own rank
-                self._local_copies = local_copies(self._own, specs, self.sources, self.destinations, self.xp)
-            if kind == "datatype":
-                self.packer = DatatypePacker(self.layout, self.sources, self.destinations)
-            elif kind == "direct":
-                self.packer = DirectPacker(self.layout, self.sources, destinations=self.destinations)
-            else:
-                self.packer = CopyPacker(self.layout, self.sources, self.xp, self.destinations)
+            self.packer = CopyPacker(self.layout, self.sources, self.xp, self.destinations)
         self.channel = self.transport.bind(self.comm, self.packer, self.tag)
+
+    def _bind_or_fall_back(self, transport: str | Transport) -> None:
+        """``_bind``; where ``"auto"`` picked ipc and ipc cannot map or pair these arrays (every rank raised
+        together), the next best transport."""
+        try:
+            self._bind()
+        except TransportError:
+            if transport != "auto" or self.transport.name != "ipc":
+                raise
+            self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
+            self._bind()
 
     def _ready(self) -> None:
         """The state of a bound exchange with nothing in flight."""
@@ -231,12 +265,21 @@ class BoundExchange:
             self._give_up(error)
         self.packer.pack()
         self.channel.start(stream)
-        copyto = self.xp.copyto
-        for dst, src in self._local_copies:  # overlaps with the messages in flight
-            copyto(dst, src)
+        if self._local_copies:  # overlaps with the messages in flight
+            self._copy_own(stream)
         self.count += 1
         self._handle.done, self._handle.stream = False, stream
         return self._handle
+
+    def _copy_own(self, stream: Any) -> None:
+        copyto = self.xp.copyto
+        if stream is None:
+            for dst, src in self._local_copies:
+                copyto(dst, src)
+            return
+        with stream:
+            for dst, src in self._local_copies:
+                copyto(dst, src)
 
     @property
     def _operation(self) -> str:
@@ -259,6 +302,46 @@ class BoundExchange:
             except GridcommTimeout as error:
                 self._give_up(error)
 
+    # -- GPU only --------------------------------------------------------------------------------------
+
+    def capture(self, stream: Any = None) -> CapturedExchange:
+        """Record one whole exchange in a CUDA graph (GPU arrays, nccl or ipc transport); replay it with
+        ``graph.launch(stream)``. The graph reads and writes the same arrays every time it is replayed.
+
+        Capturing ``start(stream)`` and ``wait()`` inside a graph of your own (a whole application step)
+        works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them)."""
+        if self.validate:
+            raise GridcommError(
+                "validation mode checks each exchange on the host, which a CUDA graph cannot replay; build this "
+                "exchanger with validate=False (or unset GRIDCOMM_VALIDATE) to capture it"
+            )
+        if not (self.on_device and self.transport.graph_capturable):
+            raise GridcommError(
+                f"transport {self.transport.name!r} needs the host during an exchange, so it cannot be captured "
+                "in a CUDA graph; use transport='ipc' or 'nccl' with GPU fields"
+            )
+        stream = stream if stream is not None else self.xp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                self.start(stream).wait()
+            finally:
+                graph = stream.end_capture()
+        captured = CapturedExchange(graph, self)
+        self._graphs.add(captured)
+        self.comm.graphs.add(captured)
+        return captured
+
+    def check(self) -> None:
+        """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
+        stream that replays the graph has been synchronised. Exchanges run with ``wait()`` check themselves."""
+        if self._closed:
+            raise GridcommError(f"this {type(self).__name__} is closed; make a new one")
+        try:
+            self.channel.check(f"{self._what} (exchanger tag {self.tag}, replayed graph)")
+        except GridcommTimeout as error:
+            self._give_up(error)
+
     def exchange(self) -> None:
         """Run the whole exchange now: ``start().wait()``."""
         self.start().wait()
@@ -280,6 +363,7 @@ class BoundExchange:
         self.packer.close()
         # Buffers (host, pinned, device), flag arrays and events go now, not when the collector finds this object.
         self.channel = self.packer = self._validator = self._local_copies = None  # type: ignore[assignment]
+        self._handle.stream = None  # the caller's stream: not ours to keep alive
         self._closed = True
 
     def __enter__(self) -> Self:
@@ -363,29 +447,9 @@ class HaloExchanger(BoundExchange):
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
         self.layout = Layout.build(self.pattern, specs)
-        if self.on_device:
-            self._check_device()
-        own = None if self._own is None else Layout.build(Pattern(full.local_shape, (self._own,)), specs)
         self.tag = self.comm.new_tag()
-        try:
-            self._bind(own)
-        except TransportError:
-            if transport != "auto" or self.transport.name != "ipc":
-                raise
-            # The fields' memory cannot be mapped by CUDA IPC (every rank raised together): the next best.
-            self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
-            self._bind(own)
+        self._bind_or_fall_back(transport)
         self._ready()
-
-    def _check_device(self) -> None:
-        """Every field must live on this rank's current GPU (one rank per GPU: gridcomm.use_local_gpu)."""
-        current = self.xp.cuda.Device().id
-        elsewhere = {i: f.device.id for i, f in enumerate(self.fields) if f.device.id != current}
-        if elsewhere:
-            raise FieldError(
-                f"rank {self.comm.rank}: fields {elsewhere} (field: GPU) are not on the current GPU {current}; "
-                "allocate them after gridcomm.use_local_gpu(comm), or make their GPU current"
-            )
 
     def _agree_on_arguments(self, decomposition: Any, fields: Any, transport: Any, options: tuple[Any, ...]) -> None:
         """Collective: the local checks of the field list, the transport's name and the options, then that every
@@ -425,7 +489,10 @@ class HaloExchanger(BoundExchange):
 
     def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
         self.fields = [as_array(f, f"field {i}") for i, f in enumerate(self._raw)]
-        return [self._check_field(i, f) for i, f in enumerate(self.fields)]
+        rows = [self._check_field(i, f) for i, f in enumerate(self.fields)]
+        if self.on_device:
+            check_on_current_gpu(self.comm.rank, [(f"field {i}", f) for i, f in enumerate(self.fields)])
+        return rows
 
     def _check_field(self, i: int, f: Any) -> tuple[str, str, tuple[int, ...]]:
         """(dtype, memory orders it can be read in, trailing shape) of field ``i``; FieldError if it does not fit."""
@@ -446,43 +513,3 @@ class HaloExchanger(BoundExchange):
                 "pass a writable array (e.g. a copy)"
             )
         return dtype.str, _compatible_orders(f), shape[len(expected) :]
-
-    # -- GPU only --------------------------------------------------------------------------------------
-
-    def capture(self, stream: Any = None) -> CapturedExchange:
-        """Record one whole exchange in a CUDA graph (GPU fields, nccl or ipc transport); replay it with
-        ``graph.launch(stream)``. The graph reads and writes the same fields every time it is replayed.
-
-        Capturing ``start(stream)`` and ``wait()`` inside a graph of your own (a whole application step)
-        works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them)."""
-        if self.validate:
-            raise GridcommError(
-                "validation mode checks each exchange on the host, which a CUDA graph cannot replay; build this "
-                "exchanger with validate=False (or unset GRIDCOMM_VALIDATE) to capture it"
-            )
-        if not (self.on_device and self.transport.graph_capturable):
-            raise GridcommError(
-                f"transport {self.transport.name!r} needs the host during an exchange, so it cannot be captured "
-                "in a CUDA graph; use transport='ipc' or 'nccl' with GPU fields"
-            )
-        stream = stream if stream is not None else self.xp.cuda.Stream(non_blocking=True)
-        with stream:
-            stream.begin_capture()
-            try:
-                self.start(stream).wait()
-            finally:
-                graph = stream.end_capture()
-        captured = CapturedExchange(graph, self)
-        self._graphs.add(captured)
-        self.comm.graphs.add(captured)
-        return captured
-
-    def check(self) -> None:
-        """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
-        stream that replays the graph has been synchronised. Exchanges run with ``wait()`` check themselves."""
-        if self._closed:
-            raise GridcommError("this HaloExchanger is closed; make a new one")
-        try:
-            self.channel.check(f"halo exchange (exchanger tag {self.tag}, replayed graph)")
-        except GridcommTimeout as error:
-            self._give_up(error)

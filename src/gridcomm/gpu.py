@@ -31,6 +31,15 @@ def use_local_gpu(comm: Communicator | None = None) -> int:
     return device
 
 
+def gpus_in_use(comm: Communicator) -> int:
+    """Collective: how many distinct GPUs the ranks of ``comm`` use (fewer than the ranks where they share)."""
+    from mpi4py import MPI
+
+    cupy = cupy_or_none()
+    mine = (MPI.Get_processor_name(), cupy.cuda.Device().id) if cupy is not None and gpu_count() else None
+    return len({g for g in comm.mpi.allgather(mine) if g is not None})
+
+
 def all_peers_reachable(comm: Communicator) -> str | None:
     """Collective: None when all ranks share one node and every pair of their GPUs has peer access (so CUDA
     IPC mappings work), else why not."""

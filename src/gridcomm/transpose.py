@@ -16,10 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import as_array, check_dtype, is_device_array, memory_order
+from .arrays import as_array, check_dtype, cupy_or_none, is_device_array, memory_order
 from .comm import Communicator
 from .errors import FieldError, PatternError
-from .exchange import BoundExchange, _compatible_orders, check_same_transport, gather_or_raise
+from .exchange import (
+    BoundExchange,
+    _compatible_orders,
+    check_on_current_gpu,
+    check_same_transport,
+    gather_or_raise,
+)
 from .packing import FieldSpec, Layout, run_grid
 from .pattern import Box, Pattern, PeerPlan
 from .transports import Transport, choose, requested
@@ -149,8 +155,9 @@ class Transposer(BoundExchange):
         destinations: as many arrays as ``sources``, all of one shape on this rank (may differ from the
             sources'); destination i has the dtype and memory order (C or F) of source i, and no destination
             shares memory with a source or another destination. Sources may be read-only.
-        transport: ``"auto"``, ``"mpi"``, ``"cma"`` or a configured Transport (e.g. ``MpiTransport(method=
-            "neighbor", packing="datatype")``), as for HaloExchanger.
+        transport: ``"auto"``, a transport name (``gridcomm.transports.names()``) or a configured Transport
+            (e.g. ``MpiTransport(method="neighbor", packing="datatype")``, ``IpcTransport(method="copy-engine")``),
+            as for HaloExchanger.
         timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
         on_timeout: ``"abort"`` (print the timeout and abort every rank) or ``"raise"`` (raise GridcommTimeout
             for you to handle); default: the communicator's (``GRIDCOMM_ON_TIMEOUT``, else abort).
@@ -158,7 +165,12 @@ class Transposer(BoundExchange):
             naming the field, peer and elements on a mismatch (costs a pass over every message; default
             ``GRIDCOMM_VALIDATE``, else off).
 
-    Host (NumPy) arrays only so far: GPU arrays raise FieldError.
+    Arrays may be NumPy or CuPy (any DLPack array is viewed without a copy): on the GPU everything is
+    enqueued on the stream given to ``start(stream)``, the transports are those of the halo exchange
+    (``"auto"`` picks ipc within a node, else nccl, CUDA-aware mpi, staged), and ``capture()`` records one
+    transposition in a CUDA graph (ipc, nccl). ``transport="ipc"`` copies each block straight into the peer's
+    destination and so needs it to land in a box of the extents it was sent as (``from_counts`` always does;
+    ``"auto"`` otherwise takes nccl).
     """
 
     _what = "transposition"
@@ -182,15 +194,18 @@ class Transposer(BoundExchange):
         self._plan = (send, recv)
         raw_sources, raw_destinations = _as_list(sources), _as_list(destinations)
         try:
-            self._check_arguments(raw_sources, raw_destinations, (timeout, on_timeout, validate))
-            asked, problem = requested(transport), None
+            on_device = self._check_arguments(raw_sources, raw_destinations, (timeout, on_timeout, validate))
+            asked, problem = (requested(transport), on_device), None
         except Exception as error:  # every rank must hear of it, or the others would wait for this one
-            asked, problem = None, error
-        check_same_transport(gather_or_raise(self.comm.mpi, asked, problem, "arguments"))
-        self.on_device = False
+            asked, problem = (None, None), error
+        transports, on_device = zip(*gather_or_raise(self.comm.mpi, asked, problem, "arguments"), strict=True)
+        check_same_transport(transports)
+        if len(set(on_device)) > 1:
+            raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
+        self.on_device = on_device[0]
         self.transport = choose(transport, self.comm, self.on_device)
         self._raw = (raw_sources, raw_destinations)
-        self.xp = np
+        self.xp = cupy_or_none() if self.on_device else np
         specs = self._agree_on_fields()  # also builds and checks the plan: self._full
         full = self._full
         full.check_matches_peers(self.comm.mpi)
@@ -198,7 +213,7 @@ class Transposer(BoundExchange):
         self._split_own(full)
         self.layout = Layout.build(self.pattern, specs, align="field")  # blocks may be cut differently
         self.tag = self.comm.new_tag()
-        self._bind(None)
+        self._bind_or_fall_back(transport)  # auto: ipc needs each block to land in a box of its extents
         self._ready()
         del self._raw, self._plan
 
@@ -239,22 +254,28 @@ class Transposer(BoundExchange):
 
     # -- construction -----------------------------------------------------------------------------------
 
-    def _check_arguments(self, sources: list[Any], destinations: list[Any], options: tuple[Any, Any, Any]) -> None:
-        """Local checks of the arguments' form, before anything collective depends on them."""
+    def _check_arguments(self, sources: list[Any], destinations: list[Any], options: tuple[Any, Any, Any]) -> bool:
+        """Local checks of the arguments' form, before anything collective depends on them; whether the
+        arrays are on the GPU."""
         if not sources:
             raise FieldError("sources is empty; pass at least one array to transpose")
         if len(sources) != len(destinations):
             raise FieldError(
                 f"{len(sources)} source(s) but {len(destinations)} destination(s); pass one destination per source"
             )
-        if any(is_device_array(a) for a in sources + destinations):
-            raise FieldError(
-                "Transposer on GPU arrays is not available yet (the GPU path comes later); pass NumPy arrays"
+        on_device = [is_device_array(a) for a in sources + destinations]
+        if any(on_device) and not all(on_device):
+            where = ", ".join(
+                f"{'source' if k < len(sources) else 'destination'} {k % len(sources)}: {'GPU' if d else 'host'}"
+                for k, d in enumerate(on_device)
             )
+            raise FieldError(f"arrays live in different memories ({where}); put them all on the host or all on the GPU")
         self._set_options(*options)
+        return on_device[0]
 
     def _array(self, a: Any, what: str, shape: tuple[int, ...] | None) -> tuple[Any, np.dtype]:
-        """``a`` as a NumPy array with its dtype, checked: contiguous, at least 1-D, of ``shape`` (if given)."""
+        """``a`` as a NumPy or CuPy array with its dtype, checked: contiguous, at least 1-D, of ``shape`` (if
+        given)."""
         a = as_array(a, what)
         dtype = check_dtype(a.dtype, what)
         if a.ndim == 0:
@@ -286,7 +307,7 @@ class Transposer(BoundExchange):
                     f"source {i} is {'C' if src.flags.c_contiguous else 'Fortran'}-ordered but destination {i} is "
                     "not; give them one memory order (np.ascontiguousarray / np.asfortranarray)"
                 )
-            if not dst.flags.writeable:
+            if not getattr(dst.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
                 raise FieldError(
                     f"destination {i} is read-only (flags.writeable is False), but received blocks are written "
                     "into it; pass a writable array"
@@ -298,11 +319,14 @@ class Transposer(BoundExchange):
             for what, other in [(f"source {i}", s) for i, s in enumerate(sources)] + [
                 (f"destination {i}", d) for i, d in enumerate(destinations[:j])
             ]:
-                if np.may_share_memory(dst, other):
+                if self.xp.may_share_memory(dst, other):
                     raise FieldError(
                         f"destination {j} shares memory with {what}; a transposition cannot work in place: pass "
                         "separate destination arrays"
                     )
+        if self.on_device:
+            named = [(f"source {i}", a) for i, a in enumerate(sources)]
+            check_on_current_gpu(self.comm.rank, named + [(f"destination {i}", a) for i, a in enumerate(destinations)])
         self.sources, self.destinations = sources, destinations
         self._full = self._build_pattern(tuple(sources[0].shape), tuple(destinations[0].shape))
         self._runs_problem = self._runs_problem_of(self._full, rows)
@@ -355,13 +379,19 @@ class Transposer(BoundExchange):
         return None
 
     def _fall_back_unless_runs(self, transport: str | Transport) -> None:
-        """Collective: a transport that copies between the arrays directly needs every box as memory runs;
-        where some box is not, 'auto' takes the next transport and a named one raises PatternError."""
-        if self.transport.packer_kind(False) != "direct":
+        """Collective: a transport that copies between the arrays directly, and every GPU transport (the
+        kernels and copy engines move runs), needs every box as memory runs; where some box is not, 'auto'
+        on the host takes the next transport, and otherwise PatternError."""
+        if not self.on_device and self.transport.packer_kind(False) != "direct":
             return
         problems = [p for p in self.comm.mpi.allgather(self._runs_problem) if p]
         if not problems:
             return
+        if self.on_device:
+            raise PatternError(
+                f"on the GPU every block is moved as memory runs, which cannot describe {problems[0]}; use boxes "
+                "spanning the last axes fully (or reshape the arrays so that they do)"
+            )
         if transport == "auto":
             self.transport = choose("auto", self.comm, False, exclude=(self.transport.name,))
             return

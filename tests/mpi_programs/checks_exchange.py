@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 from harness import (
+    BOX_TRANSPORTS,
     SENTINEL_BYTE,
     TRANSPORTS,
     HaloExchanger,
@@ -28,6 +29,9 @@ from harness import (
 
 import gridcomm
 from gridcomm import CartesianDecomposition, GridcommError
+
+# The structured suite also covers the transports that move boxes only (on the GPU: ipc's copy engines).
+TRANSPORTS = {**TRANSPORTS, **BOX_TRANSPORTS}
 
 
 def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from harness import (
-    HOST_TRANSPORTS,
+    BOX_TRANSPORTS,
     ON_GPU,
     TRANSPORTS,
     HaloExchanger,
@@ -66,7 +66,8 @@ from gridcomm import (
 from gridcomm.bench.soak import resident_bytes
 
 CYCLES = 1000  # exchangers (and, separately, transposers) made, used once and closed per measuring check
-SMALL_CYCLES = 20  # of each of the other resource holders (DistributedTransform, Stencil2D, Communicator)
+# Of each of the other resource holders (DistributedTransform, Stencil2D, Communicator).
+SMALL_CYCLES = int(os.environ.get("GRIDCOMM_HYGIENE_SMALL_CYCLES", "20"))
 
 # Largest growth (after - before, on any rank) that passes, per measure. What was seen without a leak, on 1
 # and 4 ranks: resident memory 0-256 KiB (allocator pages); C heap 1-25 KiB; Python memory blocks 13-750,
@@ -441,7 +442,8 @@ class Unstructured(Workload):
 
 class Transposition(Workload):
     """An all-to-all of 3 int64 per pair of ranks (Transposer.from_counts): rank p sends p * 1000 + q * 10 + k
-    (k = 0..2) to rank q, which must find it at q's block p."""
+    (k = 0..2) to rank q, which must find it at q's block p. Under GRIDCOMM_CHECK_DEVICE=gpu the arrays are
+    CuPy arrays, handed to gridcomm.Transposer as they are."""
 
     kind = "transposer"
     M = 3
@@ -452,15 +454,21 @@ class Transposition(Workload):
         self.source = np.concatenate([self.rank * 1000 + q * 10 + k for q in range(self.size)])
         self.expected = np.concatenate([p * 1000 + self.rank * 10 + k for p in range(self.size)])
 
-    def fresh(self) -> list[np.ndarray]:
-        return [self.source, np.full_like(self.expected, -1)]
+    def fresh(self) -> list[Any]:
+        arrays = [self.source, np.full_like(self.expected, -1)]
+        if ON_GPU:
+            import cupy
+
+            return [cupy.asarray(a) for a in arrays]
+        return arrays
 
     def build(self, arrays: list[np.ndarray], transport: Any) -> Any:
         counts = [self.M] * self.size
         return Transposer.from_counts(self.comm, counts, None, counts, None, arrays[0], arrays[1], transport)
 
-    def wrong(self, arrays: list[np.ndarray]) -> str | None:
-        return None if np.array_equal(arrays[1], self.expected) else f"received {arrays[1]}, expected {self.expected}"
+    def wrong(self, arrays: list[Any]) -> str | None:
+        got = arrays[1].get() if ON_GPU else arrays[1]
+        return None if np.array_equal(got, self.expected) else f"received {got}, expected {self.expected}"
 
 
 def closed_use_problem(obj: Any) -> str | None:
@@ -544,15 +552,17 @@ def check_exchangers_leak_nothing(comm):
 
 
 def check_transposers_leak_nothing(comm):
-    """CYCLES Transposers over every host transport, half closed by a with block and half by close()."""
-    measure_cycles(comm, f"{CYCLES} Transposers", plan_of([Transposition(comm)], HOST_TRANSPORTS))
+    """CYCLES Transposers over every transport of harness.TRANSPORTS and the box-only ones (on the GPU: ipc's
+    copy engines), half closed by a with block and half by close()."""
+    measure_cycles(comm, f"{CYCLES} Transposers", plan_of([Transposition(comm)], {**TRANSPORTS, **BOX_TRANSPORTS}))
 
 
 def check_closed_objects_hold_no_buffers(comm):
     """close() frees everything even while the object is still referenced: a closed exchanger or transposer
     holds no buffer (message buffers, iovec tables, device memory, pinned memory, CUDA events) but the user's
     arrays. One object per workload and transport. (tests/test_hygiene.py runs this apart from the others.)"""
-    plan = plan_of([Structured(comm), Unstructured(comm)], TRANSPORTS) + plan_of([Transposition(comm)], HOST_TRANSPORTS)
+    plan = plan_of([Structured(comm), Unstructured(comm)], TRANSPORTS)
+    plan += plan_of([Transposition(comm)], {**TRANSPORTS, **BOX_TRANSPORTS})
     problems = []
     for workload, name, transport, closing in plan:
         if closing == "close":  # one object per workload and transport

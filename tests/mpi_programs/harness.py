@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import gridcomm
-from gridcomm.transports import MpiTransport
+from gridcomm.transports import IpcTransport, MpiTransport
 
 # GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
 # tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
@@ -34,7 +34,10 @@ HOST_TRANSPORTS: dict[str, Any] = {
     "cma": "cma",
     "auto": "auto",
 }
+# Transports that move boxes only (no unstructured row lists): the structured and transposition suites add them.
+BOX_TRANSPORTS: dict[str, Any] = {}
 if ON_GPU:
+    BOX_TRANSPORTS["ipc/copy-engine"] = IpcTransport(method="copy-engine")
     TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
     if gridcomm.comm.mpi_cuda_aware():
         TRANSPORTS["mpi"] = "mpi"
@@ -42,6 +45,13 @@ if ON_GPU:
 else:
     TRANSPORTS = HOST_TRANSPORTS
     TRANSPORT_CHOICES = {**TRANSPORTS, "mpi": "mpi"}
+# GRIDCOMM_CHECK_TRANSPORTS (comma-separated keys) keeps only those transports, e.g. "staged,ipc" for several
+# ranks sharing one GPU (NCCL refuses two ranks on one device).
+if os.environ.get("GRIDCOMM_CHECK_TRANSPORTS"):
+    _KEPT = set(os.environ["GRIDCOMM_CHECK_TRANSPORTS"].split(","))
+    TRANSPORTS, TRANSPORT_CHOICES, BOX_TRANSPORTS = (
+        {k: v for k, v in d.items() if k in _KEPT} for d in (TRANSPORTS, TRANSPORT_CHOICES, BOX_TRANSPORTS)
+    )
 
 
 class _MirroredExchanger:

@@ -1,49 +1,42 @@
 """``gridcomm bench p2p`` and ``bench alltoall``: moving contiguous blocks between GPUs, per transport.
 
 Each rank sends ``nbytes`` to each peer (p2p: the other of 2 ranks; alltoall: every other rank) and
-receives as much from each: through gridcomm's HaloExchanger on a 1-D byte field (so every transport runs
-its real pack, move and unpack path), beside NCCL's own grouped send/recv of the same bytes and the
-peer-copy ceiling (a copy kernel, and the copy engines, writing straight into the peers' memory), all in
-the same run. Latency is the time per exchange of the smallest sizes; bandwidth is bytes sent per rank
-per second, and busbw (as nccl-tests) that times (n - 1) / n.
+receives as much from each: through gridcomm's Transposer (``from_counts``: block r of a byte source goes to
+rank r and lands in block (this rank) of its destination), so that every transport runs its real path, both
+ipc methods (one kernel; copy engines on per-peer streams), beside NCCL's own grouped send/recv of the same
+bytes and the peer-copy ceiling (a copy kernel, and the copy engines, writing straight into the peers'
+memory), all in the same run. Latency is the time per exchange of the smallest sizes; bandwidth is bytes
+sent per rank per second, and busbw (as nccl-tests) that times (n - 1) / n.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..comm import Communicator
-from ..exchange import HaloExchanger
-from ..pattern import Box, Pattern, PeerPlan
+from ..transports import IpcTransport, Transport
+from ..transpose import Transposer
 from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, sync, time_exchanger, time_gpu
 
 GPU_TRANSPORTS = ("staged", "nccl", "ipc")
 
 
-@dataclass
-class BlockExchange:
-    """A 'decomposition' whose pattern sends block r of the first half of a 1-D byte field to rank r, which
-    receives it into block (this rank) of its second half: an all-to-all among ``peers``."""
+def variants(names: Sequence[str]) -> dict[str, str | Transport]:
+    """The transports to time, by label: each name, and ipc's copy-engine method beside its kernel."""
+    out: dict[str, str | Transport] = {name: name for name in names}
+    if "ipc" in out:
+        out["ipc/copy-engine"] = IpcTransport(method="copy-engine")
+    return out
 
-    comm: Communicator
-    nbytes: int
-    peers: Sequence[int]
 
-    @property
-    def length(self) -> int:
-        return 2 * self.comm.size * self.nbytes
-
-    def pattern(self) -> Pattern:
-        n, size = self.nbytes, self.comm.size
-        plans = tuple(
-            PeerPlan(r, (Box((r * n,), ((r + 1) * n,)),), (Box(((size + r) * n,), ((size + r + 1) * n,)),))
-            for r in sorted(self.peers)
-        )
-        return Pattern((self.length,), plans)
+def block_transposer(comm: Communicator, nbytes: int, source: Any, destination: Any, transport: Any) -> Transposer:
+    """``nbytes`` of ``source`` block r to every other rank r, landing in block (this rank) of its destination."""
+    counts = [0 if r == comm.rank else nbytes for r in range(comm.size)]
+    displs = [r * nbytes for r in range(comm.size)]
+    return Transposer.from_counts(comm, counts, displs, counts, displs, source, destination, transport)
 
 
 def sizes_between(smallest: int, largest: int, factor: int = 4) -> list[int]:
@@ -56,24 +49,28 @@ def sizes_between(smallest: int, largest: int, factor: int = 4) -> list[int]:
 
 
 def run_transfer(
-    comm: Communicator, sizes: Sequence[int], transports: Sequence[str] = GPU_TRANSPORTS, samples: int = 7
+    comm: Communicator,
+    sizes: Sequence[int],
+    transports: Mapping[str, str | Transport] | None = None,
+    samples: int = 7,
 ) -> list[dict[str, Any]]:
-    """Collective: one row per message size, with every transport, NCCL and the ceilings [s per exchange]."""
+    """Collective: one row per message size, with every transport (``{label: name or Transport}``, default
+    ``variants(GPU_TRANSPORTS)``), NCCL and the ceilings [s per exchange]."""
     import cupy
 
+    transports = variants(GPU_TRANSPORTS) if transports is None else transports
     peers = [r for r in range(comm.size) if r != comm.rank]
     buffers = PeerBuffers(comm, max(sizes))
     rows = []
     for nbytes in sizes:
-        block = BlockExchange(comm, nbytes, peers)
-        field = cupy.zeros(block.length, dtype=np.uint8)
-        field[: comm.size * nbytes] = comm.rank + 1
+        source = cupy.full(comm.size * nbytes, comm.rank + 1, dtype=np.uint8)
+        destination = cupy.zeros(comm.size * nbytes, dtype=np.uint8)
         timings: dict[str, Any] = {}
-        for name in transports:
-            field[comm.size * nbytes :] = 0  # each transport must deliver on its own
-            with HaloExchanger(block, field, name) as exchanger:
-                timings.update(time_exchanger(comm, exchanger, name, samples))
-            _check_received(comm, field, nbytes, peers)
+        for name, transport in transports.items():
+            destination.fill(0)  # each transport must deliver on its own
+            with block_transposer(comm, nbytes, source, destination, transport) as transposer:
+                timings.update(time_exchanger(comm, transposer, name, samples))
+            _check_received(comm, destination, nbytes, peers)
         timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, nbytes, peers), samples)
         timings["peer copy kernel"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=False), samples)
         timings["peer copy engine"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=True), samples)
@@ -89,15 +86,15 @@ def run_transfer(
                 "ceiling_GBps": sent / ceiling / 1e9,
             }
         )
-        del field
+        del source, destination
     buffers.close()
     return rows
 
 
-def _check_received(comm: Communicator, field: Any, nbytes: int, peers: Sequence[int]) -> None:
+def _check_received(comm: Communicator, destination: Any, nbytes: int, peers: Sequence[int]) -> None:
     """Every received block holds its sender's bytes (rank + 1): a benchmark never times a broken path."""
     sync()
-    host = field[comm.size * nbytes :].get().reshape(comm.size, nbytes)
+    host = destination.get().reshape(comm.size, nbytes)
     wrong = [r for r in peers if not (host[r] == (r + 1) % 256).all()]
     if wrong:
         raise AssertionError(f"rank {comm.rank}: blocks from ranks {wrong} arrived wrong ({nbytes} B each)")

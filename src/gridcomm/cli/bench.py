@@ -166,7 +166,7 @@ def _bench_transfer(
     ranks_or_relaunch(nprocs)
     from ..bench.machine import machine_info
     from ..bench.results import plot_transfer, write_results
-    from ..bench.transfer import run_transfer, sizes_between
+    from ..bench.transfer import run_transfer, sizes_between, variants
     from ..comm import Communicator
     from ..gpu import use_local_gpu
 
@@ -179,7 +179,7 @@ def _bench_transfer(
     sizes = sizes_between(smallest, largest)
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"{kind}: {len(sizes)} sizes", total=None)
-        rows = run_transfer(comm, sizes, _gpu_transports(comm), samples)
+        rows = run_transfer(comm, sizes, variants(_gpu_transports(comm)), samples)
         bar.update(task, completed=1, total=1)
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size)
@@ -392,23 +392,26 @@ def bench_soak(
     from ..comm import Communicator
 
     comm = Communicator()
+    gpus = 0
     if gpu:
-        from ..gpu import use_local_gpu
+        from ..gpu import gpus_in_use, use_local_gpu
 
         use_local_gpu(comm)
+        gpus = gpus_in_use(comm)
     start = time.perf_counter()
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"soak: {steps} exchanges on {comm.size} rank(s)", total=steps)
         used, records = run_soak(comm, config, lambda done: bar.update(task, completed=done))
     summary = summarise(records, time.perf_counter() - start)
     if comm.rank == 0:
-        machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
+        machine = machine_info(comm.size, gpus_used=gpus)
         settings = {**config.as_dict(), "transport_used": used}
         path = write_soak(out, machine, settings, records, summary)
         png = plot_soak({"machine": machine, "config": settings, "results": records}, path.with_suffix(".png"))
         n_first, n_last = summary["first_block"]["exchanges"], summary["last_block"]["exchanges"]
         columns = ["", f"first {n_first} steps", f"last {n_last} steps", "change"]
-        console.print(table(f"soak on {comm.size} rank(s), transport {used}", columns, soak_rows(summary)))
+        where = f", {gpus} GPU(s)" if gpu else ""
+        console.print(table(f"soak on {comm.size} rank(s){where}, transport {used}", columns, soak_rows(summary)))
         passed = "all passed" if summary["all_checks_passed"] else "[bold red]SOME FAILED[/]"
         console.print(
             f"bitwise checks: {summary['checks_passed']} of {summary['checks']} {passed}; median trend "

@@ -129,15 +129,16 @@ class Descriptors:
                 else:
                     self.add(base, packed, address(field), grid)
 
-    def local(self, local: Layout | None, fields: Sequence[Any]) -> None:
-        """Rows of what a rank sends itself (periodic wrap over one rank): field to field, no buffer."""
+    def local(self, local: Layout | None, sources: Sequence[Any], destinations: Sequence[Any]) -> None:
+        """Rows of what a rank sends itself (a periodic wrap over one rank, a transposition's diagonal block):
+        source to destination, no buffer. Its boxes must pair one to one (``pairs_directly``)."""
         if local is None:
             return
         for send, recv in zip(local.sends, local.recvs, strict=True):
             for s, r in zip(send.segments, recv.segments, strict=True):
-                field, spec = fields[s.field], local.fields[s.field]
-                src, dst = paired_grids(field.shape, s.selection, field.shape, r.selection, spec)
-                self.add(address(field), src, address(field), dst)
+                src_field, dst_field, spec = sources[s.field], destinations[r.field], local.fields[s.field]
+                src, dst = paired_grids(src_field.shape, s.selection, dst_field.shape, r.selection, spec)
+                self.add(address(src_field), src, address(dst_field), dst)
 
 
 class SegmentTable:
@@ -180,25 +181,33 @@ class CudaPacker:
 
     Args:
         layout: the byte layout of the messages to other ranks.
-        fields: CuPy arrays in the layout's field order.
-        local: the layout of what this rank sends itself (a one-peer Layout), or None.
+        fields: CuPy arrays sent from, in the layout's field order.
+        local: the layout of what this rank sends itself (a one-peer Layout whose boxes pair one to one), or None.
+        destinations: the CuPy arrays received into, field for field (a transposition's); None: ``fields``.
     """
 
     copies_data = True
 
-    def __init__(self, layout: Layout, fields: Sequence[Any], local: Layout | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        fields: Sequence[Any],
+        local: Layout | None = None,
+        destinations: Sequence[Any] | None = None,
+    ) -> None:
         import cupy
 
         self.xp = cupy
         self.layout = layout
+        received = fields if destinations is None else destinations
         self.send_buffer = device_allocation(layout.send_nbytes)
         self.recv_buffer = device_allocation(layout.recv_nbytes)
         self.local_nbytes = local.send_nbytes if local is not None else 0
         pack = Descriptors(cupy)
         pack.messages(layout.sends, layout.fields, fields, self.send_buffer.data.ptr, into=True)
-        pack.local(local, fields)
+        pack.local(local, fields, received)
         unpack = Descriptors(cupy)
-        unpack.messages(layout.recvs, layout.fields, fields, self.recv_buffer.data.ptr, into=False)
+        unpack.messages(layout.recvs, layout.fields, received, self.recv_buffer.data.ptr, into=False)
         self._pack, self._unpack = SegmentTable(pack), SegmentTable(unpack)
         self.stream: Any = None
 

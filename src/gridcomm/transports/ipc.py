@@ -1,12 +1,17 @@
-"""Transport ``ipc``: within a node, one kernel per exchange writes every halo straight into the peers' fields.
+"""Transport ``ipc``: within a node, every block written straight from this rank's fields into the peers'.
 
-Each rank's fields and a small flag array are mapped once into its peers with CUDA IPC. Per exchange, one
-launch of ``gridcomm_ipc_exchange`` (kernels/ipc.cu) on the exchange's stream: tell the sources that this
-rank's halos may be written, wait until the destinations say the same, copy every selection of every field
-from this rank's interior into the destinations' halos over NVLink (and the periodic wrap into its own),
-then flag the destinations and wait for the sources' flags. No buffers, no pack or unpack, one copy per
-byte, and no host involvement: the exchange can be captured in a CUDA graph.
+Each rank's destination arrays (for a halo exchange: its fields) and a small flag array are mapped once into
+its peers with CUDA IPC. Per exchange, with method ``"kernel"``, one launch of ``gridcomm_ipc_exchange``
+(kernels/ipc.cu) on the exchange's stream: tell the sources that this rank's destinations may be written,
+wait until the destinations say the same, copy every selection of every field from this rank's sources into
+the destinations' arrays over NVLink (and what this rank sends itself into its own), then flag the
+destinations and wait for the sources' flags. With method ``"copy-engine"`` the copy engines move the same
+blocks, one stream per destination (the seed's order: destination (rank + i) mod size), and small kernels
+set and wait for the same flags. No buffers, no pack or unpack, one copy per byte, and no host involvement:
+the exchange can be captured in a CUDA graph.
 
+A block must land in a box of the extents it was sent as (one copy cannot reshape it): a transposition whose
+blocks do not pair so raises TransportError when bound (``transport="auto"`` then takes the next transport).
 A wait that outlasts the timeout records the silent peer in host-mapped memory and gives up instead of
 hanging the GPU; ``wait()`` reports it as a GridcommTimeout.
 """
@@ -16,18 +21,38 @@ from __future__ import annotations
 import ctypes
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ..comm import Communicator
-from ..errors import GridcommTimeout, TransportError
+from ..errors import ArgumentError, GridcommTimeout, TransportError
 from ..gpu import all_peers_reachable
-from ..packing.cuda import THREADS, Descriptors, SegmentTable, device_allocation, kernel
+from ..packing.cuda import (
+    DST,
+    DST_INDEX,
+    DST_STRIDE0,
+    DST_STRIDE1,
+    N1,
+    SRC,
+    SRC_INDEX,
+    SRC_STRIDE0,
+    SRC_STRIDE1,
+    TABLE_WIDTH,
+    THREADS,
+    UNIT,
+    UNITS,
+    UNITS_PER_RUN,
+    Descriptors,
+    SegmentTable,
+    device_allocation,
+    kernel,
+)
 from ..packing.geometry import paired_grids
 from .base import Channel, PackerKind, Transport, wait_on_stream
 
 WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in kernels/ipc.cu
+MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction is read from the (unified) addresses
 _STEP_NAMES = {
     WAIT_CLEAR: "the GPU waited for the peer to clear its halos for writing",
     WAIT_DATA: "the GPU waited for the peer's halos",
@@ -37,10 +62,22 @@ _STEP_NAMES = {
 
 @dataclass(frozen=True)
 class IpcTransport(Transport):
-    """CUDA IPC between the GPUs of one node: one kernel writes the halos into the peers' fields."""
+    """CUDA IPC between the GPUs of one node: every block written straight into the peers' destinations.
 
+    Args:
+        method: ``"kernel"``: one kernel per exchange copies every block of every peer (and this rank's own)
+            and signals the peers, all GPU-side; ``"copy-engine"``: the copy engines move the blocks
+            (cudaMemcpy2DAsync, boxes only), one stream per destination in the order (rank + i) mod size,
+            with small kernels signalling around them. ``gridcomm bench alltoall`` compares the two.
+    """
+
+    method: Literal["kernel", "copy-engine"] = "kernel"
     name = "ipc"
     graph_capturable = True
+
+    def __post_init__(self) -> None:
+        if self.method not in ("kernel", "copy-engine"):
+            raise ArgumentError(f"IpcTransport(method={self.method!r}): use 'kernel' or 'copy-engine'")
 
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
         if not on_device:
@@ -53,7 +90,7 @@ class IpcTransport(Transport):
         return "direct"
 
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
-        return _IpcChannel(comm, packer)
+        return (_KernelChannel if self.method == "kernel" else _CopyEngineChannel)(comm, packer)
 
 
 @functools.cache
@@ -119,84 +156,89 @@ def _export(address: int) -> tuple[bytes, int]:
 
 
 class _IpcChannel(Channel):
+    """What both methods share: the flags, the mappings, the rows to copy, the waits and the timeout report.
+
+    ``self._rows`` holds one descriptor row per selection: from this rank's sources (``packer.fields``) into
+    the destinations of each peer (``packer.destinations``, mapped here), then what this rank sends itself;
+    ``self._rows_of[k]`` is the range of rows bound for ``self._destinations[k]``.
+    """
+
     def __init__(self, comm: Communicator, packer: Any) -> None:
         import cupy
 
-        layout, fields, local = packer.layout, packer.fields, packer.local
+        layout, sources, destinations = packer.layout, packer.fields, packer.destinations
         self._comm = comm
         self._flags = device_allocation(16 * comm.size)  # int64 CLEAR[size] then DATA[size]
         self._flags.fill(0)
         self._epoch = cupy.zeros(1, dtype=np.int64)
-        self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
         self._arrived = cupy.cuda.Event(block=False, disable_timing=True)
         self._error_memory = cupy.cuda.alloc_pinned_memory(32)  # host-mapped: the GPU reports failed waits here
         self._error = np.frombuffer(self._error_memory, dtype=np.int64, count=4)
         self._error[:] = 0
+        self._limit_ns = np.uint64(0)
+        self._handles: list[bytes] = []
         cupy.cuda.Device().synchronize()
-        # Everyone publishes its flags and fields and, per source, where that source's halos go in them.
+        # Everyone publishes its flags and destinations and, per source, where that source's blocks land in them.
         problem, exported = None, None
         try:
-            exported = (_export(self._flags.data.ptr), [_export(f.data.ptr) for f in fields])
+            # An empty array (a rank that receives nothing) has no memory to share, and nothing lands in it.
+            exported = (_export(self._flags.data.ptr), [_export(d.data.ptr) if d.size else None for d in destinations])
         except TransportError as error:
             problem = str(error)
-        problems = [p for p in comm.mpi.allgather(problem) if p]
-        if problems:
-            raise TransportError(problems[0])
+        _raise_if_any(comm, problem)
         everyone = comm.mpi.allgather(exported)
         wanted = {m.peer: [(s.field, s.selection) for s in m.segments] for m in layout.recvs}
-        shapes = [tuple(f.shape) for f in fields]
+        shapes = [tuple(d.shape) for d in destinations]
         their = comm.mpi.alltoall([(shapes, wanted.get(r)) for r in range(comm.size)])
         self._destinations = [m.peer for m in layout.sends]
         self._sources = [m.peer for m in layout.recvs]
-        peers = sorted(set(self._destinations) | set(self._sources))
-        self._handles: list[bytes] = []
-
-        def mapped(exported_pair: tuple[bytes, int]) -> int:
-            handle, offset = exported_pair
-            self._handles.append(handle)
-            return _MAPPINGS.open(handle) + offset
-
         flag_addresses = np.zeros(comm.size, dtype=np.uint64)
-        for r in peers:
-            flag_addresses[r] = mapped(everyone[r][0])
-        rows = Descriptors(cupy)
-        for message in layout.sends:
-            shapes_there, selections_there = their[message.peer]
-            field_addresses = [mapped(pair) for pair in everyone[message.peer][1]]
-            for seg, (f, dst_sel) in zip(message.segments, selections_there, strict=True):
-                spec = layout.fields[seg.field]
-                src, dst = paired_grids(fields[seg.field].shape, seg.selection, shapes_there[f], dst_sel, spec)
-                rows.add(fields[seg.field].data.ptr, src, field_addresses[f], dst)
-        rows.local(local, fields)
-        self._table = SegmentTable(rows)
+        for r in sorted(set(self._destinations) | set(self._sources)):
+            flag_addresses[r] = self._mapped(everyone[r][0])
+        self._rows = Descriptors(cupy)
+        self._rows_of: list[range] = []
+        try:
+            for message in layout.sends:
+                first = len(self._rows.rows)
+                shapes_there, selections_there = their[message.peer]
+                addresses = [self._mapped(pair) for pair in everyone[message.peer][1]]
+                self._add_rows(message, sources, layout, shapes_there, selections_there, addresses)
+                self._rows_of.append(range(first, len(self._rows.rows)))
+            self._rows.local(packer.local, sources, destinations)
+            problem = None
+        except ValueError as error:
+            problem = f"rank {comm.rank}: {error}"
+        _raise_if_any(comm, problem, self._unmap)
         self._peer_flags = cupy.asarray(flag_addresses)
         self._destination_ranks = cupy.asarray(np.array(self._destinations or [0], dtype=np.int32))
         self._source_ranks = cupy.asarray(np.array(self._sources or [0], dtype=np.int32))
-        self._limit_ns = np.uint64(0)
-        comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
-    def start(self, stream: Any = None) -> None:
-        # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
-        kernel("ipc.cu", "gridcomm_ipc_exchange")(
-            (self._table.grid,),
-            (THREADS,),
-            (
-                *self._table.args,
-                self._epoch,
-                self._finished,
-                self._flags,
-                self._peer_flags,
-                self._destination_ranks,
-                np.int32(len(self._destinations)),
-                self._source_ranks,
-                np.int32(len(self._sources)),
-                np.int32(self._comm.rank),
-                np.int32(self._comm.size),
-                self._limit_ns,
-                np.uint64(self._error.ctypes.data),
-            ),
-            stream=stream,
-        )
+    def _mapped(self, exported: tuple[bytes, int] | None) -> int:
+        if exported is None:
+            return 0
+        handle, offset = exported
+        self._handles.append(handle)
+        return _MAPPINGS.open(handle) + offset
+
+    def _unmap(self) -> None:
+        for handle in self._handles:
+            _MAPPINGS.close(handle)
+        self._handles = []
+
+    def _add_rows(
+        self, message: Any, sources: Any, layout: Any, shapes_there: Any, selections_there: Any, addresses: Any
+    ) -> None:
+        """Rows copying the selections of ``message`` into the peer's destinations: selection by selection,
+        which needs the peer to cut the block into the same selections, each of the same extents."""
+        if len(message.segments) != len(selections_there):
+            raise ValueError(
+                f"the block to rank {message.peer} is cut into {len(message.segments)} selections here but "
+                f"{len(selections_there)} there; ipc copies a block into a box of the same extents"
+            )
+        for seg, (f, dst_sel) in zip(message.segments, selections_there, strict=True):
+            spec = layout.fields[seg.field]
+            src, dst = paired_grids(sources[seg.field].shape, seg.selection, shapes_there[f], dst_sel, spec)
+            self._rows.add(sources[seg.field].data.ptr, src, addresses[f], dst)
 
     def set_timeout(self, timeout: float) -> None:
         self._limit_ns = np.uint64(int(timeout * 1e9))
@@ -229,6 +271,133 @@ class _IpcChannel(Channel):
 
         cupy.cuda.Device().synchronize()
         self._comm.mpi.Barrier()  # no peer writes into our memory any more
-        for handle in self._handles:
-            _MAPPINGS.close(handle)
-        self._handles = []
+        self._unmap()
+
+
+def _raise_if_any(comm: Communicator, problem: str | None, before: Any = None) -> None:
+    """Collective: TransportError on every rank with the first rank's problem, if any rank has one
+    (``before()`` runs first, to undo what was set up)."""
+    problems = [p for p in comm.mpi.allgather(problem) if p]
+    if problems:
+        if before is not None:
+            before()
+        raise TransportError(problems[0])
+
+
+class _KernelChannel(_IpcChannel):
+    """One kernel per exchange: the copies and the flags (kernels/ipc.cu, gridcomm_ipc_exchange)."""
+
+    def __init__(self, comm: Communicator, packer: Any) -> None:
+        import cupy
+
+        super().__init__(comm, packer)
+        self._table = SegmentTable(self._rows)
+        self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
+        comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
+
+    def start(self, stream: Any = None) -> None:
+        # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
+        kernel("ipc.cu", "gridcomm_ipc_exchange")(
+            (self._table.grid,),
+            (THREADS,),
+            (
+                *self._table.args,
+                self._epoch,
+                self._finished,
+                self._flags,
+                self._peer_flags,
+                self._destination_ranks,
+                np.int32(len(self._destinations)),
+                self._source_ranks,
+                np.int32(len(self._sources)),
+                np.int32(self._comm.rank),
+                np.int32(self._comm.size),
+                self._limit_ns,
+                np.uint64(self._error.ctypes.data),
+            ),
+            stream=stream,
+        )
+
+
+class _CopyEngineChannel(_IpcChannel):
+    """The copy engines move the blocks, one stream per destination in the order (rank + i) mod size; small
+    kernels set and wait for the flags around them (kernels/ipc.cu, gridcomm_ipc_open/ready/sent/close)."""
+
+    def __init__(self, comm: Communicator, packer: Any) -> None:
+        import cupy
+
+        super().__init__(comm, packer)
+        rows = np.array(self._rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
+        problem = None
+        if (rows[:, [SRC_INDEX, DST_INDEX]] != 0).any():
+            problem = "ipc with method='copy-engine' moves boxes only (row lists need method='kernel')"
+        _raise_if_any(comm, problem, self._unmap)
+        ordered = sorted(range(len(self._destinations)), key=lambda k: (self._destinations[k] - comm.rank) % comm.size)
+        self._abandoned = cupy.zeros(max(len(ordered), 1), dtype=np.uint32)
+        self._lanes = [
+            (
+                self._destination_ranks[k : k + 1],
+                self._abandoned[k : k + 1],
+                [c for row in rows[list(self._rows_of[k])] for c in _copies_2d(row)],
+                cupy.cuda.Stream(non_blocking=True),
+                cupy.cuda.Event(block=False, disable_timing=True),
+            )
+            for k in ordered
+        ]
+        mine = set(range(len(rows))) - {i for r in self._rows_of for i in r}
+        self._own = [c for row in rows[sorted(mine)] for c in _copies_2d(row)]
+        self._fork = cupy.cuda.Event(block=False, disable_timing=True)
+        comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
+
+    def start(self, stream: Any = None) -> None:
+        from cupy.cuda import runtime
+
+        one = ((1,), (1,))
+        rank, size, limit, error = np.int32(self._comm.rank), np.int32(self._comm.size), self._limit_ns, self._error
+        kernel("ipc.cu", "gridcomm_ipc_open")(
+            *one, (self._epoch, self._peer_flags, self._source_ranks, np.int32(len(self._sources)), rank), stream=stream
+        )
+        self._fork.record(stream)
+        for peer, abandoned, copies, lane, joined in self._lanes:
+            lane.wait_event(self._fork)
+            kernel("ipc.cu", "gridcomm_ipc_ready")(
+                *one, (self._epoch, self._flags, peer, abandoned, limit, np.uint64(error.ctypes.data)), stream=lane
+            )
+            for args in copies:
+                runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, lane.ptr)
+            kernel("ipc.cu", "gridcomm_ipc_sent")(
+                *one, (self._epoch, self._peer_flags, peer, abandoned, rank, size), stream=lane
+            )
+            joined.record(lane)
+        for args in self._own:
+            runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, stream.ptr)
+        for *_, joined in self._lanes:
+            stream.wait_event(joined)
+        kernel("ipc.cu", "gridcomm_ipc_close")(
+            *one,
+            (self._epoch, self._flags, self._source_ranks, np.int32(len(self._sources)), size, limit,
+             np.uint64(error.ctypes.data)),
+            stream=stream,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        super().close()
+        self._lanes = self._own = []
+
+
+def _copies_2d(row: np.ndarray) -> list[tuple[int, int, int, int, int, int]]:
+    """A descriptor row of boxes as cudaMemcpy2DAsync's (dst, dpitch, src, spitch, width, height) argument
+    tuples: one copy when its runs form a 2-D pattern (n0 or n1 is 1: every block of an all-to-all, most
+    halos), else one per outer index (a box cut on two axes of a 3-D array)."""
+    width = int(row[UNITS_PER_RUN] * row[UNIT])
+    n1 = int(row[N1])
+    n0 = int(row[UNITS]) // (int(row[UNITS_PER_RUN]) * n1)
+    src, dst = int(row[SRC]), int(row[DST])
+    if n1 == 1:  # the outer level only: n0 runs (or one)
+        pitches = (int(row[DST_STRIDE0]), int(row[SRC_STRIDE0])) if n0 > 1 else (width, width)
+        return [(dst, pitches[0], src, pitches[1], width, n0)]
+    step_dst, step_src = int(row[DST_STRIDE0]), int(row[SRC_STRIDE0])
+    return [
+        (dst + i * step_dst, int(row[DST_STRIDE1]), src + i * step_src, int(row[SRC_STRIDE1]), width, n1)
+        for i in range(n0)
+    ]

@@ -98,3 +98,45 @@ extern "C" __global__ void gridcomm_ipc_exchange(
     __threadfence();
     *epoch = e;
 }
+
+// The copy-engine variant (IpcTransport(method="copy-engine")): the same flags and epoch, but the data moves by
+// cudaMemcpy2DAsync on one stream per destination, issued in the order destination = (rank + i) mod size,
+// and these small kernels do the signalling around the copies (one thread each):
+//   open   (exchange stream)        CLEAR = e at every source;
+//   ready  (the destination's stream) wait until that destination has cleared e; on a timeout mark this
+//                                    copy abandoned (the copy engines cannot be told to skip it);
+//   sent   (the destination's stream) after the copies: DATA = e there, or -e when abandoned;
+//   close  (exchange stream, after every destination's stream has joined it) wait for DATA = e from every
+//                                    source, then advance the epoch.
+extern "C" __global__ void gridcomm_ipc_open(const long long* epoch, long long* const* peer_flags,
+                                             const int* sources, int nsrc, int rank) {
+    const long long e = *epoch + 1;
+    for (int k = threadIdx.x; k < nsrc; k += blockDim.x) {
+        volatile long long* flags = peer_flags[sources[k]];
+        flags[rank] = e;
+    }
+}
+
+extern "C" __global__ void gridcomm_ipc_ready(const long long* epoch, const long long* own_flags, const int* peer,
+                                              unsigned int* abandoned, unsigned long long limit_ns,
+                                              volatile long long* error) {
+    if (!wait_all(own_flags, peer, 1, 0, *epoch + 1, limit_ns, error, WAIT_CLEAR)) *abandoned = 1u;
+}
+
+extern "C" __global__ void gridcomm_ipc_sent(const long long* epoch, long long* const* peer_flags, const int* peer,
+                                             unsigned int* abandoned, int rank, int size) {
+    const long long e = *epoch + 1;
+    __threadfence_system();
+    volatile long long* flags = peer_flags[*peer];
+    flags[size + rank] = *abandoned ? -e : e;
+    *abandoned = 0u;
+}
+
+extern "C" __global__ void gridcomm_ipc_close(long long* epoch, const long long* own_flags, const int* sources,
+                                              int nsrc, int size, unsigned long long limit_ns,
+                                              volatile long long* error) {
+    const long long e = *epoch + 1;
+    wait_all(own_flags, sources, nsrc, size, e, limit_ns, error, WAIT_DATA);
+    __threadfence();
+    *epoch = e;
+}
