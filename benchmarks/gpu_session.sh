@@ -66,6 +66,10 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       hygiene)  # 1,000 exchangers and transposers made and closed on 2 GPUs: device memory, IPC, streams, events
         stage hygiene 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_hygiene.py
         ;;
+      hygiene-holders)  # the holders' check over 60 cycles instead of 20: does GPU memory grow with the cycles?
+        stage hygiene-holders 200 env GRIDCOMM_HYGIENE_SMALL_CYCLES=60 $py -m pytest -m gpu -q -rs --timeout=180 \
+          -p no:cacheprovider tests/test_hygiene.py -k leak_no_device
+        ;;
       soak)  # 100,000 exchanges per transport, checked bitwise every 1,000: on 2 GPUs, or on the one GPU lent
         # (1 rank, periodic: every halo is the rank's own wrap; 2 processes time-sharing one GPU take ms per step)
         transports="ipc nccl" np=2

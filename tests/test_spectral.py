@@ -14,6 +14,8 @@ from gridcomm.apps.spectral import (
     row_bands,
     wavenumber_sets,
 )
+from gridcomm.apps.spectral.legendre import legendre_functions
+from gridcomm.apps.spectral.transform import MAX_BUCKETS
 from gridcomm.grids.octahedral import OctahedralGrid
 
 GRIDS = [16, 24, 32, 64]
@@ -155,3 +157,170 @@ def test_distributed_transform_equals_serial(mpi_checks, nranks):
     """tests/mpi_programs/checks_spectral.py: wavenumbers and latitude bands over the ranks, the transposition
     in between, against the one-rank transform; and the dwarf's round trip."""
     mpi_checks("checks_spectral", nranks, timeout=180)
+
+
+# -- the bucketed Legendre products and grouped FFTs against plain per-m and per-row sums -------------------
+
+
+def reference_legendre_inverse(grid: OctahedralGrid, t: int, ms, a: np.ndarray) -> np.ndarray:
+    """F_m(row) = sum_l a_lm lambda_l^m(x_row) for each m on its own, every row directly (no symmetry)."""
+    x, sin_theta = np.sin(grid.latitudes), np.cos(grid.latitudes)
+    out, start = [], 0
+    for m in ms:
+        table = legendre_functions(int(m), t, x, sin_theta=sin_theta)
+        out.append(a[:, start : start + len(table)] @ table)
+        start += len(table)
+    return np.stack(out, axis=1) if out else np.zeros((a.shape[0], 0, 2 * grid.N), complex)
+
+
+def reference_legendre_direct(grid: OctahedralGrid, t: int, ms, fourier: np.ndarray) -> np.ndarray:
+    """a_lm = sum_rows 2 pi w_row F_m(row) lambda_l^m(x_row), each m on its own."""
+    x, sin_theta = np.sin(grid.latitudes), np.cos(grid.latitudes)
+    weighted = fourier * (2 * np.pi * grid.weights)
+    runs = [weighted[:, k] @ legendre_functions(int(m), t, x, sin_theta=sin_theta).T for k, m in enumerate(ms)]
+    return np.concatenate(runs, axis=1) if runs else np.zeros((fourier.shape[0], 0), complex)
+
+
+def reference_fourier_inverse(grid: OctahedralGrid, rows, ms, fourier: np.ndarray) -> np.ndarray:
+    """f(phi_k) = Re F_0 + 2 Re sum_{m > 0} F_m e^{i m phi_k} on each row by direct summation: the aliasing of
+    m >= n / 2 needs no special case."""
+    ms = np.asarray(ms)
+    values = []
+    for j, row in enumerate(rows):
+        terms = fourier[:, :, j, None] * _phases(ms, grid.nlon[row])  # (batch, m, points)
+        values.append(np.where(ms[:, None] == 0, 1.0, 2.0) * terms.real)
+    return np.concatenate([v.sum(axis=1) for v in values], axis=1)
+
+
+def _phases(ms: np.ndarray, n: int) -> np.ndarray:
+    """e^{i m phi_k} for phi_k = 2 pi k / n, the angle reduced exactly (m k mod n) before it is rounded."""
+    return np.exp(2j * np.pi * ((ms[:, None] * np.arange(n)) % n) / n)
+
+
+def reference_fourier_direct(grid: OctahedralGrid, rows, ms, values: np.ndarray) -> np.ndarray:
+    """F_m(row) = (1 / n) sum_k f(phi_k) e^{-i m phi_k} by direct summation, row by row."""
+    ms, out, start = np.asarray(ms), [], 0
+    for row in rows:
+        n = grid.nlon[row]
+        out.append(values[:, start : start + n] @ _phases(ms, n).conj().T / n)
+        start += n
+    return np.stack(out, axis=2)
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal to round-off: 1e-12 relative, or 1e-13 of the largest value."""
+    scale = float(np.max(np.abs(want), initial=1.0))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13 * scale)
+
+
+LEGENDRE_CASES = [
+    pytest.param(16, None, None, id="O16-all"),
+    pytest.param(48, None, None, id="O48-all"),  # depths 1..24 over 16 buckets: padding inside buckets
+    pytest.param(40, None, [5, 0, 39, 3, 22, 17, 38, 1, 30], id="O40-unsorted-subset"),
+    pytest.param(32, None, [31], id="O32-single-m=T"),
+    pytest.param(32, None, [0], id="O32-single-m=0"),
+    pytest.param(32, 20, [7], id="O32-T20-single"),
+    pytest.param(24, 11, [11, 2, 9, 0, 4], id="O24-T11-subset"),
+    pytest.param(64, 40, None, id="O64-T40-all"),
+    pytest.param(20, None, np.arange(19, -1, -1), id="O20-all-descending"),
+]
+
+
+@pytest.mark.parametrize(("n", "truncation", "ms"), LEGENDRE_CASES)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_legendre_halves_equal_per_m_sums(n, truncation, ms, batch):
+    grid = OctahedralGrid(n)
+    transform = SpectralTransform(grid, truncation, wavenumbers=ms)
+    t, ms = transform.truncation, transform.wavenumbers
+    a = random_coefficients(t, batch, n)[:, np.concatenate([coefficient_index(np.arange(m, t + 1), m, t) for m in ms])]
+    assert_close(transform.legendre_inverse(a), reference_legendre_inverse(grid, t, ms, a))
+    rng = np.random.default_rng(batch)
+    fourier = rng.standard_normal((batch, len(ms), 2 * n)) + 1j * rng.standard_normal((batch, len(ms), 2 * n))
+    assert_close(transform.legendre_direct(fourier), reference_legendre_direct(grid, t, ms, fourier))
+
+
+FOURIER_CASES = [
+    pytest.param(16, None, None, None, id="O16-all"),
+    pytest.param(24, None, [5, 30, 0, 47, 46, 12, 13], "permuted", id="O24-scattered-rows"),
+    pytest.param(24, None, np.arange(10, 20), "folding", id="O24-polar-band"),
+    pytest.param(32, 12, np.arange(20, 44), None, id="O32-T12-equator-band"),
+    pytest.param(24, None, [0, 47], "aliases", id="O24-polar-rows-m=n/2-and-n"),
+    pytest.param(20, None, [3], "single", id="O20-one-row-one-m"),
+]
+
+
+def _fourier_order(kind, t):
+    """Wavenumber orders along the m axis: all in a shuffled order, or subsets that make the rows fold."""
+    rng = np.random.default_rng(7)
+    return {
+        None: None,
+        "permuted": rng.permutation(t + 1),
+        "folding": np.array([t, 0, 12, t - 1, 10, 11, 9]),  # rows of 20..48 points: bins n/2, 0 and beyond
+        "aliases": np.array([20, 10, 0, 21, 19, 23]),  # on the 20-point rows: m = n, n / 2, 0, n + 1, n - 1
+        "single": np.array([t]),
+    }[kind]
+
+
+@pytest.mark.parametrize(("n", "truncation", "rows", "kind"), FOURIER_CASES)
+@pytest.mark.parametrize("batch", [1, 4])
+def test_fourier_halves_equal_per_row_sums(n, truncation, rows, kind, batch):
+    grid = OctahedralGrid(n)
+    transform = SpectralTransform(grid, truncation, rows=rows)
+    rows, t = transform.rows, transform.truncation
+    order = _fourier_order(kind, t)
+    ms = np.arange(t + 1) if order is None else order
+    rng = np.random.default_rng(n + batch)
+    fourier = rng.standard_normal((batch, len(ms), len(rows))) + 1j * rng.standard_normal((batch, len(ms), len(rows)))
+    values = transform.fourier_inverse(fourier, wavenumbers=order)
+    assert_close(values, reference_fourier_inverse(grid, rows, ms, fourier))
+    values = rng.standard_normal((batch, transform.points))
+    assert_close(transform.fourier_direct(values, wavenumbers=order), reference_fourier_direct(grid, rows, ms, values))
+
+
+def test_whole_transforms_equal_the_reference_halves():
+    grid = OctahedralGrid(28)
+    transform = SpectralTransform(grid)
+    t, rows, ms = transform.truncation, np.arange(2 * grid.N), np.arange(grid.N)
+    a = random_coefficients(t, 2, 3)
+    want = reference_fourier_inverse(grid, rows, ms, reference_legendre_inverse(grid, t, ms, a))
+    assert_close(transform.inverse(a), want)
+    back = reference_legendre_direct(grid, t, ms, reference_fourier_direct(grid, rows, ms, want))
+    assert_close(transform.direct(want), back)
+
+
+def test_buckets_are_few_and_waste_little():
+    """At most MAX_BUCKETS batched products, each padding its wavenumbers to its longest, which on 0..T and on
+    a rank's pairs (m, T - m) costs less than 2 / MAX_BUCKETS more work."""
+    for n, ms in ((96, None), (96, wavenumber_sets(95, 4)[1]), (160, wavenumber_sets(159, 8)[3])):
+        transform = SpectralTransform(n, wavenumbers=ms)
+        buckets = transform._buckets
+        assert 1 <= len(buckets) <= MAX_BUCKETS
+        covered = np.concatenate([np.arange(b.start, b.stop) for b in buckets])
+        assert np.array_equal(covered, np.arange(len(transform.wavenumbers)))
+        padded = sum(b.coefficients.size for b in buckets)
+        assert transform.ncoef <= padded < (1 + 2 / MAX_BUCKETS) * transform.ncoef + len(transform.wavenumbers)
+
+
+def test_empty_wavenumber_set_and_out_arrays():
+    """A rank with no wavenumbers (more ranks than pairs) has empty Legendre arrays; results can be written into
+    the caller's arrays (what the distributed transform does with its transposition buffers)."""
+    grid = OctahedralGrid(16)
+    empty = SpectralTransform(grid, wavenumbers=[])
+    assert empty.legendre_inverse(np.zeros((2, 0), complex)).shape == (2, 0, 32)
+    assert empty.legendre_direct(np.zeros((2, 0, 32), complex)).shape == (2, 0)
+    assert np.array_equal(
+        empty.fourier_inverse(np.zeros((2, 0, 32), complex), wavenumbers=[]), np.zeros((2, grid.size))
+    )
+    whole = SpectralTransform(grid)
+    a = random_coefficients(15, 2, 1)
+    out = np.empty((2, 16, 32), complex)
+    assert whole.legendre_inverse(a, out=out) is out
+    assert_close(out, reference_legendre_inverse(grid, 15, np.arange(16), a))
+    values = whole.inverse(a)
+    out = np.empty((2, 16, 32), complex)
+    assert whole.fourier_direct(values, out=out) is out
+    assert_close(out, reference_fourier_direct(grid, np.arange(32), np.arange(16), values))
+    with pytest.raises(ValueError, match="out has shape"):
+        whole.fourier_direct(values, out=np.empty((2, 16, 31), complex))
+    with pytest.raises(ValueError, match="out has shape"):
+        whole.legendre_inverse(a, out=np.empty((2, 16, 32)))

@@ -1,65 +1,96 @@
 """``gridcomm bench spectral``: time per step of the spectral-transform dwarf and its split, each phase beside
-its ceiling measured in the same run (the Legendre products against a matrix product of the same shape)."""
+its ceiling measured in the same run: the Legendre products against a batched FP64 matrix product of the shape
+they run (cuBLAS on the GPU, the host's BLAS on the CPU), and, on the GPU, the FFT phase's bytes against the
+HBM copy bandwidth."""
 
 from __future__ import annotations
 
-import time
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..apps.spectral.dwarf import PHASES, run_spectral
+from ..apps.spectral.transform import max_buckets
 from ..comm import Communicator
 from ..grids.octahedral import OctahedralGrid
+from .timing import time_collective
 
 
 def legendre_flops(grid: OctahedralGrid, truncation: int, batch: int) -> float:
     """Floating-point operations of one step's Legendre products (inverse and direct, all ranks together):
     per wavenumber m and direction, real products (2 batch x (T - m + 1)) by ((T - m + 1) x N) over the
-    northern rows, i.e. 4 batch (T - m + 1) N multiply-adds; summed over m that is 4 batch N ncoef."""
+    northern rows (both parities of l - m together), i.e. 4 batch (T - m + 1) N multiply-adds; summed over m
+    that is 4 batch N ncoef per direction. The zero padding of the batched products is not counted."""
     ncoef = (truncation + 1) * (truncation + 2) // 2
     return 2.0 * 2 * (2 * batch) * ncoef * grid.N
 
 
-def matmul_gflops(comm: Communicator, grid: OctahedralGrid, truncation: int, batch: int, xp: Any = np) -> float:
-    """FP64 matrix-product rate of this rank [GFLOP/s], on the shape of the largest Legendre product (m = 0,
-    one parity): (2 batch x T/2) by (T/2 x N); the slowest rank's rate."""
-    k = max(1, (truncation + 1) // 2)
-    a = xp.ones((2 * batch, k))
-    b = xp.ones((k, grid.N))
-    flops = 2.0 * a.shape[0] * k * grid.N
-    best = float("inf")
-    for _ in range(5):
-        comm.mpi.Barrier()
-        start = time.perf_counter()
-        repeats = 0
-        while True:
-            a @ b
-            repeats += 1
-            elapsed = time.perf_counter() - start
-            if elapsed > 0.05:
-                break
-        best = min(best, elapsed / repeats)
-    from mpi4py import MPI
+def fft_bytes(grid: OctahedralGrid, truncation: int, batch: int) -> float:
+    """The fewest bytes one step's FFT phase must move (inverse and direct, all ranks together): each direction
+    reads or writes the grid values once (8 bytes x batch x points) and the Fourier coefficients once
+    (16 bytes x batch x (T + 1) wavenumbers x 2N rows), i.e. 2 batch (8 points + 32 N (T + 1)) bytes."""
+    return 2.0 * batch * (8 * grid.size + 16 * (truncation + 1) * 2 * grid.N)
 
-    return comm.mpi.allreduce(flops / best / 1e9, op=MPI.MIN)
+
+def matmul_gflops(
+    comm: Communicator, grid: OctahedralGrid, truncation: int, batch: int, xp: Any = np, stack: int = 1
+) -> float:
+    """FP64 matrix-product rate of this rank [GFLOP/s] on the shape of the largest Legendre product (m = 0, one
+    parity): ``stack`` products (2 batch x T/2) by (T/2 x N) in one batched call, as the transform's buckets
+    run them; the slowest rank's rate, the device synchronised before the clock is read."""
+    k = max(1, (truncation + 1) // 2)
+    a = xp.ones((stack, 2 * batch, k))
+    b = xp.ones((stack, k, grid.N))
+    flops = 2.0 * stack * a.shape[1] * k * grid.N
+    finish = None if xp is np else xp.cuda.get_current_stream().synchronize
+    timing = time_collective(comm.mpi, lambda: xp.matmul(a, b), samples=5, min_sample_s=0.05, finish=finish)
+    return flops / timing.minimum / 1e9
 
 
 def benchmark_spectral(
-    comm: Communicator, grid: str, *, levels: int, fields: int, steps: int, transport: str = "auto"
+    comm: Communicator,
+    grid: str,
+    *,
+    levels: int,
+    fields: int,
+    steps: int,
+    transport: str = "auto",
+    gpu: bool = False,
+    graphs: bool | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
-    the matrix-product rate measured here, and the round-trip error."""
+    the matrix-product rate measured here and its share of it, the FFT phase's bandwidth (``fft_bytes`` per
+    rank over its time) beside the HBM copy bandwidth on the GPU (None on the CPU), and the round-trip error.
+    Rates per rank assume the work is shared evenly (wavenumbers in pairs, rows by points)."""
     octahedral = OctahedralGrid(grid)
-    r = run_spectral(comm, octahedral, levels=levels, fields=fields, steps=steps, transport=transport)
-    flops = legendre_flops(octahedral, r["truncation"], r["batch"]) / comm.size  # per rank, balanced in pairs
-    ceiling = matmul_gflops(comm, octahedral, r["truncation"], r["batch"])
-    legendre = r["split_s"]["legendre"]
+    r = run_spectral(
+        comm, octahedral, levels=levels, fields=fields, steps=steps, transport=transport, gpu=gpu, graphs=graphs
+    )
+    t, batch = r["truncation"], r["batch"]
+    xp = np
+    if gpu:
+        import cupy as xp
+    # The largest bucket stacks about (T + 1) / (ranks x buckets) wavenumbers, each with its two parities.
+    stack = 2 * max(1, math.ceil((t + 1) / (comm.size * max_buckets(xp))))
+    ceiling = matmul_gflops(comm, octahedral, t, batch, xp=xp, stack=stack)
+    legendre, fft = r["split_s"]["legendre"], r["split_s"]["fft"]
+    rate = legendre_flops(octahedral, t, batch) / comm.size / legendre / 1e9 if legendre else None
+    hbm = None
+    if gpu:
+        from .ceilings import hbm_copy_gbps
+
+        hbm = hbm_copy_gbps(comm)
+    fft_rate = fft_bytes(octahedral, t, batch) / comm.size / fft / 1e9 if fft else None
     return {
         **r,
-        "legendre_GFLOPs_per_rank": flops / legendre / 1e9 if legendre else None,
+        "legendre_GFLOPs_per_rank": rate,
         "matmul_GFLOPs_per_rank": ceiling,
+        "legendre_share_of_matmul": rate / ceiling if rate is not None else None,
+        "fft_GBps_per_rank": fft_rate,
+        "hbm_GBps": hbm,
+        "fft_share_of_hbm": fft_rate / hbm if fft_rate is not None and hbm else None,
         "transposition_fraction": r["split_s"]["transposition"] / r["time_per_step_s"],
     }
 
@@ -82,6 +113,7 @@ def plot_spectral(payload: dict[str, Any], png: Path) -> Path:
     ax.set_xticks(x, [f"{r['grid']} T{r['truncation']}\n{r['batch']} fields x levels" for r in rows], fontsize=7)
     ax.set(ylabel="share of the step [%] (inverse + direct)", ylim=(0, 1.4 * max(bottom)))
     ax.legend(fontsize=7, loc="upper left", ncol=3)
-    machine_title(fig, "spectral transform", payload["machine"])
+    where = "GPU" if any(r.get("gpu") for r in rows) else "CPU"
+    machine_title(fig, f"spectral transform ({where})", payload["machine"])
     fig.savefig(png, dpi=110)
     return png

@@ -145,6 +145,9 @@ def spectral(
     fields: Annotated[int, typer.Option(help="3-D fields (a surface field is added).")] = 3,
     steps: Annotated[int, typer.Option(help="Steps, each one inverse and one direct transform.")] = 20,
     transport: Annotated[str, typer.Option(help="Transposition transport: auto, or a name.")] = "auto",
+    gpu: Annotated[
+        bool, typer.Option("--gpu/--cpu", help="Fields on the GPUs (CuPy, one GPU per rank) or on the host (NumPy).")
+    ] = False,
 ) -> None:
     """The spectral-transform dwarf: spherical harmonics <-> octahedral grid, distributed by wavenumber and
     latitude band with a transposition in between; prints the round-trip error and the time split."""
@@ -152,17 +155,21 @@ def spectral(
     from ..comm import Communicator
 
     comm = Communicator()
+    if gpu:
+        from ..gpu import use_local_gpu
+
+        use_local_gpu(comm)
     say = comm.rank == 0
     with step_progress(say, "transform steps") as advance:
         r = run_spectral(
             comm, grid, truncation=truncation, levels=levels, fields=fields, steps=steps, transport=transport,
-            progress=advance,
+            gpu=gpu, progress=advance,
         )  # fmt: skip
     if say:
         console.print(
             f"spherical-harmonic transform on {r['grid']} ({r['points']} points), T = {r['truncation']}, "
             f"{r['fields']} field(s) x {r['levels']} level(s) + 1 surface field, {r['ranks']} rank(s), "
-            f"transport {r['transport']}"
+            f"{'GPU' if r['gpu'] else 'CPU'}, transport {r['transport']}"
         )
         step = r["time_per_step_s"]
         rows = [["round-trip error (max |a - direct(inverse(a))| / max |a|)", f"{r['round_trip_error']:.2e}"]]

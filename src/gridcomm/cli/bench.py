@@ -320,10 +320,15 @@ def bench_spectral(
     fields: Annotated[int, typer.Option(help="3-D fields (a surface field is added).")] = 3,
     steps: Annotated[int, typer.Option(help="Timed steps (each one inverse and one direct transform).")] = 5,
     transport: Annotated[str, typer.Option(help="Transposition transport: auto, or a name.")] = "auto",
+    gpu: GpuOption = False,
+    graphs: Annotated[
+        bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
+    ] = True,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
     """Time per step of the spectral-transform dwarf and its split (Legendre, FFT, transposition), the
-    Legendre rate beside a matrix product of the same shape measured in the same run."""
+    Legendre rate beside a batched FP64 matrix product of the same shape and, with --gpu, the FFT phase's
+    bandwidth beside the HBM copy bandwidth, all measured in the same run."""
     ranks_or_relaunch(nprocs)
     from ..bench.machine import machine_info
     from ..bench.results import write_results
@@ -331,16 +336,29 @@ def bench_spectral(
     from ..comm import Communicator
 
     comm = Communicator()
+    if gpu:
+        from ..gpu import use_local_gpu
+
+        use_local_gpu(comm)
     grid_list = name_list(grids, "--grids")
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list))
         for grid in grid_list:
-            rows.append(benchmark_spectral(comm, grid, levels=levels, fields=fields, steps=steps, transport=transport))
+            options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
+            rows.append(benchmark_spectral(comm, grid, **options, gpu=gpu, graphs=gpu and graphs))
             bar.advance(task)
     if comm.rank == 0:
-        machine = machine_info(comm.size)
-        config = {"grids": grid_list, "levels": levels, "fields": fields, "steps": steps, "transport": transport}
+        machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
+        config = {
+            "grids": grid_list,
+            "levels": levels,
+            "fields": fields,
+            "steps": steps,
+            "transport": transport,
+            "gpu": gpu,
+            "graphs": gpu and graphs,
+        }
         path = write_results(out, "spectral", machine, config, rows)
         png = plot_spectral({"machine": machine, "results": rows}, path.with_suffix(".png"))
         body = [
@@ -350,14 +368,22 @@ def bench_spectral(
                 f"{r['time_per_step_s'] * 1e3:.1f}",
                 *(f"{r['split_s'][p] * 1e3:.1f}" for p in ("legendre", "fft", "transposition")),
                 f"{100 * r['transposition_fraction']:.0f} %",
-                f"{r['legendre_GFLOPs_per_rank']:.1f} / {r['matmul_GFLOPs_per_rank']:.1f}",
+                "-"
+                if r["legendre_GFLOPs_per_rank"] is None
+                else f"{r['legendre_GFLOPs_per_rank']:.1f} / {r['matmul_GFLOPs_per_rank']:.1f} "
+                f"({100 * r['legendre_share_of_matmul']:.0f} %)",
+                "-" if r["fft_GBps_per_rank"] is None else f"{r['fft_GBps_per_rank']:.1f}",
+                "-" if r["hbm_GBps"] is None else f"{r['hbm_GBps']:.0f} ({100 * r['fft_share_of_hbm']:.1f} %)",
                 f"{r['round_trip_error']:.1e}",
             ]
             for r in rows
         ]
-        columns = ["grid", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share", "GFLOP/s (ceil.)",
+        columns = ["grid", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share",
+                   "Legendre GFLOP/s / FP64 GEMM (share)", "FFT GB/s", "HBM GB/s (FFT share)",
                    "round trip"]  # fmt: skip
-        console.print(table(f"spectral transform on {comm.size} rank(s) (slowest rank per phase)", columns, body))
+        where = "GPU" if gpu else "CPU"
+        title = f"spectral transform on {comm.size} rank(s), {where} (slowest rank per phase; rates per rank)"
+        console.print(table(title, columns, body))
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
 

@@ -8,16 +8,23 @@ their FFTs over all wavenumbers). Between the halves the Fourier coefficients F_
 - inverse: (batch, my m, all rows) on the Legendre side -> (batch, all m, my rows) on the Fourier side, the
   m in rank order (every block is then one contiguous slab on both sides);
 - direct: the way back.
+
+On the GPU each phase is a few array operations per wavenumber bucket and per row length, each a kernel launch
+that Python issues in about 10 µs: with ``graphs=True`` the FFT phases (N row lengths, a few launches each) and
+the transpositions are captured once in CUDA graphs on the transform's own stream and replayed. The Legendre
+phases stay as they are: CuPy refuses cuBLAS calls during a capture, and they are a few launches per bucket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ...arrays import cupy_or_none, to_host
 from ...grids.octahedral import OctahedralGrid
 from ...pattern import Box
 from .distribution import row_bands, wavenumber_sets
@@ -34,10 +41,14 @@ class DistributedTransform:
         grid: OctahedralGrid, name or N; truncation: T <= N - 1 (default N - 1).
         batch: fields times levels transformed together.
         transport: the Transposer's transport ("auto" or a name).
-        xp: numpy (cupy on the GPU, with the GPU half of the Transposer).
+        xp: numpy, or cupy for arrays on this rank's current GPU (the Transposer then moves device arrays).
+        graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
+            transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank.
+    With graphs, the arrays returned are the graphs' own outputs: the next ``inverse`` (``direct``) overwrites
+    them, so copy what must be kept.
     """
 
     def __init__(
@@ -49,20 +60,30 @@ class DistributedTransform:
         batch: int = 1,
         transport: str = "auto",
         xp: Any = np,
+        graphs: bool = False,
     ) -> None:
         from ...transpose import Transposer
+
+        if graphs and xp is np:
+            raise ValueError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
 
         self.comm = comm
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         t = grid.N - 1 if truncation is None else int(truncation)
         bands = row_bands(grid.nlon, comm.size)
         sets = wavenumber_sets(t, comm.size) if 0 <= t <= grid.N - 1 else None
+        m_order = None if sets is None else np.concatenate(sets)  # the m along axis 1 of the Fourier side
         self.transform = SpectralTransform(
-            grid, t, wavenumbers=None if sets is None else sets[comm.rank], rows=bands[comm.rank], xp=xp
+            grid,
+            t,
+            wavenumbers=None if sets is None else sets[comm.rank],
+            rows=bands[comm.rank],
+            fourier_order=m_order,
+            xp=xp,
         )
         self.grid, self.truncation, self.batch, self.xp = grid, t, batch, xp
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
-        self.m_order = np.concatenate(sets)  # the m along axis 1 of the Fourier side
+        self.m_order = m_order
         m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
         n_rows, mine = 2 * grid.N, len(self.wavenumbers)
         self.legendre_side = xp.zeros((batch, mine, n_rows), dtype=np.complex128)
@@ -75,6 +96,15 @@ class DistributedTransform:
         self._to_rows = Transposer(comm, on_legendre, on_fourier, self.legendre_side, self.fourier_side, transport)
         self._to_waves = Transposer(comm, on_fourier, on_legendre, self.fourier_side, self.legendre_side, transport)
         self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.graphs = graphs
+        self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
+        if graphs:
+            # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
+            # graph writes; the graphs replay one after the other on one stream, so they may share temporaries.
+            self.stream = xp.cuda.Stream(non_blocking=True)
+            self._pool = xp.cuda.MemoryPool()
+            self._coefficients_in = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
+            self._values_in = xp.zeros((batch, self.transform.points), dtype=np.float64)
 
     @property
     def transport(self) -> str:
@@ -83,21 +113,77 @@ class DistributedTransform:
 
     def inverse(self, coefficients: Any) -> Any:
         """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
-        with self._timed("legendre"):
-            self.legendre_side[...] = self.transform.legendre_inverse(coefficients)
-        with self._timed("transposition"):
-            self._to_rows.exchange()
-        with self._timed("fft"):
-            return self.transform.fourier_inverse(self.fourier_side, wavenumbers=self.m_order)
+        transform = self.transform
+        with self._on_stream():
+            with self._timed("legendre"):
+                a = self._fixed(self._coefficients_in, coefficients) if self.graphs else coefficients
+                self._run("legendre inverse", lambda: transform.legendre_inverse(a, out=self.legendre_side), False)
+            with self._timed("transposition"):
+                self._run("to rows", self._to_rows.exchange, self._to_rows.transport.graph_capturable)
+            with self._timed("fft"):
+                return self._run("fft inverse", lambda: transform.fourier_inverse(self.fourier_side, self.m_order))
 
     def direct(self, values: Any) -> Any:
         """This rank's grid values (batch, points) -> its coefficients (batch, ncoef)."""
-        with self._timed("fft"):
-            self.fourier_side[...] = self.transform.fourier_direct(values, wavenumbers=self.m_order)
-        with self._timed("transposition"):
-            self._to_waves.exchange()
-        with self._timed("legendre"):
-            return self.transform.legendre_direct(self.legendre_side)
+        transform = self.transform
+        with self._on_stream():
+            with self._timed("fft"):
+                v = self._fixed(self._values_in, values) if self.graphs else values
+                self._run("fft direct", lambda: transform.fourier_direct(v, self.m_order, out=self.fourier_side))
+            with self._timed("transposition"):
+                self._run("to waves", self._to_waves.exchange, self._to_waves.transport.graph_capturable)
+            with self._timed("legendre"):
+                return self._run("legendre direct", lambda: transform.legendre_direct(self.legendre_side), False)
+
+    # -- CUDA graphs --------------------------------------------------------------------------------------
+
+    def _on_stream(self) -> Any:
+        return self.stream if self.graphs else contextlib.nullcontext()
+
+    @staticmethod
+    def _fixed(buffer: Any, given: Any) -> Any:
+        """``buffer`` holding ``given`` (a graph reads the same memory at every replay)."""
+        if given is not buffer:
+            buffer[...] = given
+        return buffer
+
+    def _run(self, phase: str, work: Callable[[], Any], capturable: bool = True) -> Any:
+        """``work()``, or with graphs the replay of its graph (captured on the first call, after one run that
+        makes its FFT plans, work arrays and pool blocks): the graph's output array is returned each time. A
+        phase CuPy will not capture (NotImplementedError) runs as it is from then on."""
+        if not (self.graphs and capturable):
+            return work()
+        if phase not in self._replays:
+            self._replays[phase] = self._capture(work)
+        replay = self._replays[phase]
+        if replay is None:
+            return work()
+        graph, output = replay
+        graph.launch(self.stream)
+        return output
+
+    def _capture(self, work: Callable[[], Any]) -> tuple[Any, Any] | None:
+        """(graph, output array) of ``work`` captured on ``self.stream``, or None where CuPy refuses."""
+        with self.xp.cuda.using_allocator(self._pool.malloc):
+            work()
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            try:
+                output = work()
+            except NotImplementedError:  # e.g. a library call CuPy does not allow in a capture
+                with contextlib.suppress(Exception):
+                    self.stream.end_capture()
+                return None
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.stream.end_capture()
+                raise
+            return self.stream.end_capture(), output
+
+    @property
+    def captured(self) -> list[str]:
+        """The phases replayed as CUDA graphs."""
+        return sorted(phase for phase, replay in self._replays.items() if replay is not None)
 
     def local_coefficients(self, coefficients: Any) -> Any:
         """This rank's share (batch, ncoef) of global coefficients (batch, (T+1)(T+2)/2) in m-major order."""
@@ -106,6 +192,7 @@ class DistributedTransform:
         return self.xp.asarray(coefficients)[:, self.xp.asarray(index.astype(np.int64))]
 
     def close(self) -> None:
+        self._replays.clear()  # graphs first: they use the transposers' mappings (and NCCL waits for them)
         self._to_rows.close()
         self._to_waves.close()
 
@@ -161,19 +248,29 @@ def run_spectral(
     fields: int = 3,
     steps: int = 20,
     transport: str = "auto",
+    gpu: bool = False,
+    graphs: bool | None = None,
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface
-    field, distributed over the ranks of ``comm`` (collective). Returns, on every rank: the round-trip error
-    (largest |a - direct(inverse(a))| over largest |a|, all ranks), the time per step of the slowest rank and
-    its split (legendre, fft, transposition; seconds per step, the slowest rank per phase)."""
+    field, distributed over the ranks of ``comm`` (collective). With ``gpu`` the arrays live on each rank's
+    current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
+    there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
+    phase as a CUDA graph (DistributedTransform).
+
+    Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
+    the time per step of the slowest rank [s] and its split (legendre, fft, transposition; seconds per step, the
+    slowest rank per phase), and ``gpu``."""
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
     if levels < 1 or fields < 1 or steps < 1:
         raise ValueError(f"levels, fields and steps must be at least 1, got {levels}, {fields}, {steps}")
+    xp = _array_module(gpu)
+    graphs = gpu if graphs is None else graphs
     batch = fields * levels + 1
-    with DistributedTransform(comm, grid, truncation, batch=batch, transport=transport) as dist:
-        a = random_coefficients(dist.truncation, dist.wavenumbers, batch)
-        values = dist.inverse(a)  # warm-up: caches, first-touch, connections
+    with DistributedTransform(comm, grid, truncation, batch=batch, transport=transport, xp=xp, graphs=graphs) as dist:
+        host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
+        a = xp.asarray(host)
+        dist.direct(dist.inverse(a))  # warm-up step: caches, first touch of work arrays, connections, FFT plans
         dist.seconds = dict.fromkeys(PHASES, 0.0)
         comm.mpi.Barrier()
         start = time.perf_counter()
@@ -182,9 +279,9 @@ def run_spectral(
             back = dist.direct(values)
             if progress is not None:
                 progress(step + 1, steps)
-        elapsed = time.perf_counter() - start
-        error = float(np.max(np.abs(back - a), initial=0.0))
-        scale = float(np.max(np.abs(a), initial=0.0))
+        elapsed = time.perf_counter() - start  # each phase ends synchronised with the device (_Timer)
+        error = float(np.max(np.abs(to_host(back) - host), initial=0.0))
+        scale = float(np.max(np.abs(host), initial=0.0))
         mpi = comm.mpi
         from mpi4py import MPI
 
@@ -197,8 +294,20 @@ def run_spectral(
             "fields": fields,
             "batch": batch,
             "steps": steps,
+            "gpu": gpu,
+            "graphs": dist.captured,
             "transport": dist.transport,
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "split_s": {k: mpi.allreduce(v, op=MPI.MAX) / steps for k, v in dist.seconds.items()},
         }
+
+
+def _array_module(gpu: bool) -> Any:
+    """numpy, or cupy when ``gpu`` (a RuntimeError naming what is missing when it cannot be had)."""
+    if not gpu:
+        return np
+    cupy = cupy_or_none()
+    if cupy is None:
+        raise RuntimeError("the spectral dwarf on the GPU needs CuPy: pip install 'gridcomm[gpu]'")
+    return cupy

@@ -11,13 +11,19 @@ Conventions (those of ducc0, healpy and libsharp):
 
 Each transform has two halves, so that a distributed transform can transpose in between:
 
-- Legendre (per zonal wavenumber m, over all latitude rows): F_m(row) = sum_l a_lm lambda_l^m(x_row), done as
-  two real matrix products per m, one for l - m even and one for l - m odd, on the northern rows only (the
-  southern rows follow from lambda_l^m(-x) = (-1)^(l+m) lambda_l^m(x)); fields and levels batched as rows of
-  the matrices;
+- Legendre (per zonal wavenumber m, over all latitude rows): F_m(row) = sum_l a_lm lambda_l^m(x_row), split by
+  the parity of l - m and done on the northern rows only (the southern rows follow from
+  lambda_l^m(-x) = (-1)^(l+m) lambda_l^m(x)); real and imaginary parts of the fields and levels are the rows of
+  one real matrix product. Wavenumbers of similar length T - m + 1 are bucketed, their tables zero-padded to
+  the bucket's longest and stacked, so that each bucket is one batched matrix product (both parities);
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
-  length, rows of equal length batched. A row of n points cannot hold m >= n / 2: those wavenumbers fold
-  (alias) onto m mod n, which the octahedral grid keeps exponentially small, as it must for T = N - 1.
+  length, the rows of one length batched (one strided view of the grid values holds their points).
+  A row of n points cannot hold m >= n / 2: those wavenumbers fold (alias) onto m mod n, which the octahedral
+  grid keeps exponentially small, as it must for T = N - 1.
+
+Every index array is built once (``__init__``, or the first call with a new order of wavenumbers), on the
+device of ``xp``: a transform costs a few array operations per bucket and per row length, none per m or per
+row, which is what a GPU (about 10 us per launch) needs. NumPy and CuPy run the same code.
 
 The direct transform is the Gauss quadrature of the same sums (rows are Gaussian latitudes): exact up to that
 aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
@@ -25,13 +31,32 @@ aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
 
 from __future__ import annotations
 
+import importlib
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...grids.octahedral import OctahedralGrid
 from .legendre import legendre_functions
+
+#: The wavenumbers of a transform are cut into at most this many buckets of similar length T - m + 1, one
+#: batched matrix product each. Padding each m to its bucket's longest costs about 1 / MAX_BUCKETS more
+#: Legendre work when the m are spread evenly (0..T, or a rank's pairs m and T - m). On the host, smaller
+#: products stay in cache; on the GPU each bucket costs about 7 launches: on one H200, O640 with a batch of
+#: 31, both Legendre halves took 2.79, 2.73, 2.86 and 4.73 ms with at most 2, 4, 8 and 16 buckets.
+MAX_BUCKETS = 16
+MAX_BUCKETS_GPU = 4
+
+
+def max_buckets(xp: Any) -> int:
+    """The bucket limit for arrays of module ``xp``: MAX_BUCKETS on the host, MAX_BUCKETS_GPU on the GPU."""
+    return MAX_BUCKETS if xp is np else MAX_BUCKETS_GPU
+
+#: Orders of wavenumbers along the Fourier arrays' m axis whose index arrays a transform keeps.
+_FOURIER_PLANS_KEPT = 4
 
 
 def coefficient_count(truncation: int) -> int:
@@ -44,6 +69,64 @@ def coefficient_index(l: int | np.ndarray, m: int | np.ndarray, truncation: int)
     return m * (2 * truncation + 1 - m) // 2 + l
 
 
+@dataclass(frozen=True)
+class _Bucket:
+    """Wavenumbers done by one batched product: positions ``start:stop`` of the transform's bucket order.
+
+    ``coefficients[i, p, k]`` is where a_lm with l = m + 2k + p (wavenumber i of the bucket, parity p of l - m)
+    sits in the coefficient arrays, or ncoef (a zero column) where l > T; ``tables`` (i, p, k, N) holds
+    lambda_l^m on the northern rows, zero where l > T; ``weighted`` (i, p, N, k) the same times the quadrature
+    weights 2 pi w_row, transposed (the direct transform's operand, contiguous as cuBLAS wants it).
+    """
+
+    start: int
+    stop: int
+    coefficients: Any
+    tables: Any
+    weighted: Any
+
+
+@dataclass(frozen=True)
+class _RowGroup:
+    """Rows of one length n: ``rows`` their positions in the transform's rows, their points starting at point
+    ``first`` of the grid values, one row every ``spacing`` points; ``offset`` where their half spectra
+    (rows x (n/2 + 1)) start in the direct transform's flat buffer of spectra."""
+
+    length: int
+    rows: np.ndarray
+    first: int
+    spacing: int
+    offset: int
+
+    def points(self, as_strided: Any, values: Any) -> Any:
+        """The (batch, rows, n) strided view of these rows' points in ``values`` (batch, points), made by the
+        array module's ``as_strided``: one array operation reads or writes them all, with no index array."""
+        step = values.strides[1]
+        return as_strided(
+            values[:, self.first :],
+            shape=(values.shape[0], len(self.rows), self.length),
+            strides=(values.strides[0], self.spacing * step, step),
+        )
+
+
+@dataclass(frozen=True)
+class _FourierPlan:
+    """Index arrays of the Fourier half for one order of the wavenumbers along the m axis (M of them).
+
+    ``gathers[g]`` (terms, rows, n/2 + 1): for row group g, the flat positions in the (F_m, conj F_m, zero) array
+    (batch, 2M + 1, rows) of the terms that add up to each bin of each row's half spectrum (one term but for rows
+    that fold). ``conjugates``: whether any term is a conj F_m. ``picks`` (M, rows): the flat position in the buffer of
+    unscaled half spectra of the bin holding F_m on each row; ``factors`` (M, 2 rows): what the real and the
+    imaginary part picked there are multiplied by, 1 / n and +-1 / n (- where the bin holds conj F_m,
+    m mod n > n / 2).
+    """
+
+    gathers: list[Any]
+    conjugates: bool
+    picks: Any
+    factors: Any
+
+
 class SpectralTransform:
     """Spherical-harmonic transforms on the octahedral grid, for all or some wavenumbers and rows.
 
@@ -53,10 +136,15 @@ class SpectralTransform:
         wavenumbers: the zonal wavenumbers m whose Legendre work this object does (default 0..T), e.g. one
             rank's share (``distribution.wavenumber_sets``); its coefficient arrays hold those m in this order.
         rows: the latitude rows whose Fourier work this object does (default all), e.g. one rank's band.
-        xp: the array module (numpy, or cupy for arrays on the GPU).
+        fourier_order: the order of the wavenumbers along axis 1 of the Fourier arrays that ``fourier_inverse``
+            and ``fourier_direct`` will be given (default 0..T): its index arrays are built here, those of any
+            other order on first use.
+        xp: the array module (numpy, or cupy for arrays on the GPU): every table and index array lives there.
 
     Arrays are batched on their first axis (fields times levels): coefficients (batch, ncoef) complex,
     grid values (batch, points of ``rows``) real, Fourier coefficients (batch, m, rows) complex.
+    Memory: the Legendre tables twice (once weighted and transposed for the direct transform), about
+    16 N ncoef bytes, plus index arrays of about the size of one field's coefficients and grid values.
     """
 
     def __init__(
@@ -66,6 +154,7 @@ class SpectralTransform:
         *,
         wavenumbers: Sequence[int] | np.ndarray | None = None,
         rows: Sequence[int] | np.ndarray | None = None,
+        fourier_order: Sequence[int] | np.ndarray | None = None,
         xp: Any = np,
     ) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
@@ -81,60 +170,136 @@ class SpectralTransform:
         self.wavenumbers = _checked_subset(wavenumbers, t + 1, "wavenumbers", f"0..T = 0..{t}")
         self.rows = _checked_subset(rows, 2 * n, "rows", f"0..{2 * n - 1}")
         self.ncoef = int(np.sum(t - self.wavenumbers + 1))
-        self._coef_offsets = np.concatenate([[0], np.cumsum(t - self.wavenumbers + 1)]).astype(np.int64)
-        # Quadrature on the northern rows; the southern ones mirror them (exact symmetry in OctahedralGrid).
-        x = np.sin(self.grid.latitudes[:n])
-        sin_theta = np.cos(self.grid.latitudes[:n])
-        self._weights = xp.asarray(2.0 * np.pi * self.grid.weights)
-        self._tables = [self._legendre_table(int(m), x, sin_theta) for m in self.wavenumbers]
-        self._row_groups = self._group_rows()
         self.points = int(np.sum(self.grid.nlon[self.rows]))
-        self._point_offsets = np.concatenate([[0], np.cumsum(self.grid.nlon[self.rows])]).astype(np.int64)
+        self._scratch_arrays: dict[str, Any] = {}
+        self._as_strided = importlib.import_module(f"{xp.__name__}.lib.stride_tricks").as_strided
+        self._set_up_legendre()
+        self._set_up_fourier(self._fourier_wavenumbers(fourier_order))
 
     # -- set-up ---------------------------------------------------------------------------------------------
 
-    def _legendre_table(self, m: int, x: np.ndarray, sin_theta: np.ndarray) -> tuple[Any, Any]:
-        """lambda_l^m on the northern rows, split by the parity of l - m: (even (n_e, N), odd (n_o, N))."""
-        table = legendre_functions(m, self.truncation, x, sin_theta=sin_theta)
-        return self.xp.asarray(table[0::2]), self.xp.asarray(table[1::2])
+    def _set_up_legendre(self) -> None:
+        """Buckets of wavenumbers, longest first (m ascending): the order of the stacked products."""
+        t, lengths = self.truncation, self.truncation - self.wavenumbers + 1
+        self._coef_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        # A permutation between the bucket order and the caller's order of wavenumbers costs one more pass over
+        # the Fourier coefficients; a rank's wavenumbers come ascending, which needs none.
+        self._permuted = not np.array_equal(order, np.arange(len(order)))
+        self._to_buckets = self.xp.asarray(order)
+        self._from_buckets = self.xp.asarray(np.argsort(order))
+        # Quadrature on the northern rows; the southern ones mirror them (exact symmetry in OctahedralGrid).
+        n = self.grid.N
+        x, sin_theta = np.sin(self.grid.latitudes[:n]), np.cos(self.grid.latitudes[:n])
+        weights = 2.0 * np.pi * self.grid.weights[:n]
+        depths = (t - self.wavenumbers[order] + 2) // 2  # l of one parity: (T - m + 2) // 2 of them (even l - m)
+        self._buckets = [
+            self._bucket(order[start:stop], start, stop, x, sin_theta, weights)
+            for start, stop in _bands(depths, max_buckets(self.xp))
+        ]
 
-    def _group_rows(self) -> list[tuple[int, np.ndarray]]:
-        """(points per row, positions in ``rows`` of the rows of that length): rows FFT'd together."""
+    def _bucket(
+        self, positions: np.ndarray, start: int, stop: int, x: np.ndarray, sin_theta: np.ndarray, weights: np.ndarray
+    ) -> _Bucket:
+        """The padded tables and coefficient positions of the wavenumbers at ``positions`` (longest first)."""
+        t, n = self.truncation, self.grid.N
+        depth = (t - int(self.wavenumbers[positions[0]]) + 2) // 2
+        tables = np.zeros((len(positions), 2, depth, n))
+        coefficients = np.full((len(positions), 2, depth), self.ncoef, dtype=np.int64)
+        for i, p in enumerate(positions):
+            table = legendre_functions(int(self.wavenumbers[p]), t, x, sin_theta=sin_theta)  # row l - m
+            for parity in (0, 1):
+                part = table[parity::2]
+                tables[i, parity, : len(part)] = part
+                coefficients[i, parity, : len(part)] = self._coef_offsets[p] + parity + 2 * np.arange(len(part))
+        weighted = np.ascontiguousarray((tables * weights).swapaxes(-1, -2))
+        xp = self.xp
+        return _Bucket(start, stop, xp.asarray(coefficients), xp.asarray(tables), xp.asarray(weighted))
+
+    def _set_up_fourier(self, order: np.ndarray) -> None:
+        """Rows grouped by length, where their points lie, and the index arrays for the wavenumbers ``order``."""
         nlon = self.grid.nlon[self.rows]
-        return [(int(length), np.nonzero(nlon == length)[0]) for length in np.unique(nlon)]
+        starts = np.concatenate([[0], np.cumsum(nlon)]).astype(np.int64)
+        self._row_groups: list[_RowGroup] = []
+        offset = 0
+        for length in np.unique(nlon):
+            rows = np.flatnonzero(nlon == length)
+            # A length occurs at most twice on the octahedral grid (once per hemisphere), so the rows of one length
+            # are always equally spaced in the grid values: a strided view holds their points.
+            assert len(rows) <= 2, f"{len(rows)} rows of {length} points"
+            spacing = int(starts[rows[-1]] - starts[rows[0]]) if len(rows) == 2 else int(length)
+            self._row_groups.append(_RowGroup(int(length), rows, int(starts[rows[0]]), spacing, offset))
+            offset += len(rows) * (int(length) // 2 + 1)
+        self._spectra_size = offset
+        self._fourier_plans: dict[bytes, _FourierPlan] = {}
+        self._fourier_plan(order)
+        _keep_fft_plans(self.xp, 2 * len(self._row_groups))
+
+    def _fourier_plan(self, ms: np.ndarray) -> _FourierPlan:
+        """The index arrays for wavenumbers ``ms`` along the m axis, built on first use and kept."""
+        key = ms.tobytes()
+        plan = self._fourier_plans.get(key)
+        if plan is None:
+            if len(self._fourier_plans) >= _FOURIER_PLANS_KEPT:
+                del self._fourier_plans[next(iter(self._fourier_plans))]
+            plan = self._fourier_plans[key] = _plan_fourier(self._row_groups, ms, len(self.rows), self.xp)
+        return plan
 
     # -- Legendre half ----------------------------------------------------------------------------------------
 
-    def legendre_inverse(self, coefficients: Any) -> Any:
+    def legendre_inverse(self, coefficients: Any, out: Any = None) -> Any:
         """(batch, ncoef) coefficients of this object's wavenumbers -> (batch, m, 2N) Fourier coefficients
-        F_m(row) on every row."""
+        F_m(row) on every row (written into ``out``, C-contiguous, when given)."""
         xp, n = self.xp, self.grid.N
         a = self._coefficients(coefficients)
-        batch = a.shape[0]
-        out = xp.empty((batch, len(self.wavenumbers), 2 * n), dtype=np.complex128)
-        for k, (even, odd) in enumerate(self._tables):
-            run = a[:, self._coef_offsets[k] : self._coef_offsets[k + 1]]
-            symmetric = _real_product(xp, run[:, 0::2], even)  # (batch, N): the l - m even part
-            antisymmetric = _real_product(xp, run[:, 1::2], odd)
-            out[:, k, :n] = symmetric + antisymmetric
-            out[:, k, n:] = (symmetric - antisymmetric)[:, ::-1]
+        batch, count = a.shape[0], len(self.wavenumbers)
+        out = xp.empty((batch, count, 2 * n), np.complex128) if out is None else out
+        _output(out, (batch, count, 2 * n), "legendre_inverse")
+        # Real and imaginary parts as the rows of one real product (half the work of a complex table), and a
+        # zero column that the padding of the buckets reads.
+        stacked = self._scratch("stacked", (2 * batch, self.ncoef + 1), np.float64)
+        stacked[:batch, :-1] = a.real
+        stacked[batch:, :-1] = a.imag
+        stacked[:, -1] = 0.0
+        # Bucket by bucket, so that on the host each product is still in cache when it is unfolded.
+        target = xp.empty_like(out) if self._permuted else out  # in bucket order
+        for bucket in self._buckets:
+            gathered = xp.take(stacked, bucket.coefficients, axis=1)  # (2 batch, m, parity, k)
+            product = xp.matmul(gathered.transpose(1, 2, 0, 3), bucket.tables)  # (m, parity, 2 batch, N)
+            even, odd = product[:, 0], product[:, 1]  # symmetric and antisymmetric about the equator
+            view = target[:, bucket.start : bucket.stop].transpose(1, 0, 2)  # (m, batch, 2N)
+            for part, half in ((view.real, slice(None, batch)), (view.imag, slice(batch, None))):
+                xp.add(even[:, half], odd[:, half], out=part[:, :, :n])
+                xp.subtract(even[:, half, ::-1], odd[:, half, ::-1], out=part[:, :, n:])
+        if self._permuted:
+            xp.take(target, self._from_buckets, axis=1, out=out)
         return out
 
     def legendre_direct(self, fourier: Any) -> Any:
         """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature."""
         xp, n = self.xp, self.grid.N
         f = xp.asarray(fourier)
-        if f.ndim != 3 or f.shape[1:] != (len(self.wavenumbers), 2 * n):
-            raise ValueError(
-                f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(self.wavenumbers)}, {2 * n})"
-            )
-        g = f * self._weights
-        north, south = g[:, :, :n], g[:, :, n:][:, :, ::-1]
-        out = xp.empty((f.shape[0], self.ncoef), dtype=np.complex128)
-        for k, (even, odd) in enumerate(self._tables):
-            run = out[:, self._coef_offsets[k] : self._coef_offsets[k + 1]]
-            run[:, 0::2] = _real_product(xp, north[:, k] + south[:, k], even.T)
-            run[:, 1::2] = _real_product(xp, north[:, k] - south[:, k], odd.T)
+        count = len(self.wavenumbers)
+        if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
+            raise ValueError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
+        batch = f.shape[0]
+        if self._permuted:
+            f = xp.take(f, self._to_buckets, axis=1)
+        # Real and imaginary parts as the rows of one real product; the last column takes the padding's products.
+        stacked = self._scratch("stacked", (2 * batch, self.ncoef + 1), np.float64)
+        for bucket in self._buckets:
+            view = f[:, bucket.start : bucket.stop].transpose(1, 0, 2)  # (m, batch, 2N)
+            # North + south rows for l - m even, north - south for odd; the weights are in the tables.
+            sums = xp.empty((bucket.stop - bucket.start, 2, 2 * batch, n))
+            for part, half in ((view.real, slice(None, batch)), (view.imag, slice(batch, None))):
+                north, south = part[:, :, :n], part[:, :, n:][:, :, ::-1]
+                xp.add(north, south, out=sums[:, 0, half])
+                xp.subtract(north, south, out=sums[:, 1, half])
+            product = xp.matmul(sums, bucket.weighted)  # (m, parity, 2 batch, k)
+            stacked[:, bucket.coefficients] = product.transpose(2, 0, 1, 3)
+        out = xp.empty((batch, self.ncoef), dtype=np.complex128)
+        out.real[...] = stacked[:batch, :-1]
+        out.imag[...] = stacked[batch:, :-1]
         return out
 
     # -- Fourier half -----------------------------------------------------------------------------------------
@@ -147,31 +312,36 @@ class SpectralTransform:
         xp = self.xp
         ms = self._fourier_wavenumbers(wavenumbers)
         f = xp.asarray(fourier)
-        if f.ndim != 3 or f.shape[1:] != (len(ms), len(self.rows)):
+        nrows = len(self.rows)
+        if f.ndim != 3 or f.shape[1:] != (len(ms), nrows):
             raise ValueError(
-                f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(ms)}, {len(self.rows)}) "
-                f"for {len(ms)} wavenumbers on {len(self.rows)} rows"
+                f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(ms)}, {nrows}) "
+                f"for {len(ms)} wavenumbers on {nrows} rows"
             )
-        batch = f.shape[0]
+        plan = self._fourier_plan(ms)
+        batch, count = f.shape[0], len(ms)
+        terms = self._scratch("terms", (batch, 2 * count + 1, nrows), np.complex128)  # F_m, conj F_m, zero
+        terms[:, :count] = f
+        if plan.conjugates:
+            xp.conjugate(terms[:, :count], out=terms[:, count : 2 * count])
+        terms[:, 2 * count] = 0.0
+        flat = terms.reshape(batch, -1)
         values = xp.empty((batch, self.points), dtype=np.float64)
-        m_index = xp.asarray(ms)
-        zero = np.nonzero(ms == 0)[0]
-        for length, where in self._row_groups:
-            rows_f = xp.moveaxis(f[:, :, where], 1, 2)  # (batch, R, M)
-            if ms.max() < length // 2:  # the row holds every m: no folding (all but the polar rows)
-                half_spectrum = xp.zeros((batch, len(where), length // 2 + 1), dtype=np.complex128)
-                half_spectrum[:, :, m_index] = rows_f
-            else:
-                half_spectrum = _folded(xp, rows_f, m_index, zero, int(ms.max()), length)
-            rows_values = xp.fft.irfft(half_spectrum, n=length, axis=-1, norm="forward")
-            for j, position in enumerate(where):
-                a, b = self._point_offsets[position], self._point_offsets[position + 1]
-                values[:, a:b] = rows_values[:, j]
+        for group, gather in zip(self._row_groups, plan.gathers, strict=True):
+            # One gather per row length: small, contiguous arrays (the host's FFT is faster on them and its
+            # allocator reuses them; one gather for all groups would page-fault a large fresh array each call).
+            spectra = xp.take(flat, gather, axis=1)  # (batch, terms, rows, n/2 + 1)
+            half = spectra[:, 0] if spectra.shape[1] == 1 else spectra.sum(axis=1)
+            rows = xp.fft.irfft(half, n=group.length, axis=-1, norm="forward")  # (batch, rows, n)
+            group.points(self._as_strided, values)[...] = rows
         return values
 
-    def fourier_direct(self, values: Any, wavenumbers: Sequence[int] | np.ndarray | None = None) -> Any:
+    def fourier_direct(
+        self, values: Any, wavenumbers: Sequence[int] | np.ndarray | None = None, out: Any = None
+    ) -> Any:
         """(batch, points) grid values of this object's rows -> (batch, m, rows) Fourier coefficients
-        (1 / n) sum_k f_k e^{-i m phi_k}, for the m of ``wavenumbers`` (default 0..T)."""
+        (1 / n) sum_k f_k e^{-i m phi_k}, for the m of ``wavenumbers`` (default 0..T); written into ``out``
+        (C-contiguous) when given."""
         xp = self.xp
         ms = self._fourier_wavenumbers(wavenumbers)
         v = xp.asarray(values)
@@ -180,15 +350,19 @@ class SpectralTransform:
                 f"grid values of shape {tuple(v.shape)}: expected (batch, {self.points}), the points of "
                 f"{len(self.rows)} rows of {self.grid.name}"
             )
-        out = xp.empty((v.shape[0], len(ms), len(self.rows)), dtype=np.complex128)
-        for length, where in self._row_groups:
-            block = xp.stack([v[:, self._point_offsets[p] : self._point_offsets[p + 1]] for p in where], 1)
-            spectrum = xp.fft.rfft(block, axis=-1, norm="forward")  # (batch, R, n/2 + 1)
-            r = ms % length
-            upper = r > length // 2
-            picked = spectrum[:, :, xp.asarray(np.where(upper, length - r, r))]
-            picked = xp.where(xp.asarray(upper), xp.conj(picked), picked)
-            out[:, :, xp.asarray(where)] = xp.moveaxis(picked, 2, 1)
+        plan = self._fourier_plan(ms)
+        batch = v.shape[0]
+        spectra = self._scratch("spectra", (batch, self._spectra_size), np.complex128)
+        for group in self._row_groups:
+            # Contiguous rows first: NumPy's FFT of a strided view is slower than the copy, CuPy copies it anyway.
+            rows = xp.ascontiguousarray(group.points(self._as_strided, v))
+            half = xp.fft.rfft(rows, axis=-1)  # (batch, rows, n/2 + 1), unscaled
+            spectra[:, group.offset : group.offset + half[0].size] = half.reshape(batch, -1)
+        picked = xp.take(spectra, plan.picks, axis=1)  # (batch, m, rows)
+        shape = (batch, len(ms), len(self.rows))
+        out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "fourier_direct")
+        # One pass scales by 1 / n and conjugates the bins past n/2: real and imaginary parts by their factors.
+        xp.multiply(picked.view(np.float64), plan.factors, out=out.view(np.float64))
         return out
 
     # -- whole transforms -------------------------------------------------------------------------------------
@@ -204,6 +378,14 @@ class SpectralTransform:
         return self.legendre_direct(self.fourier_direct(values))
 
     # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _scratch(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A work array kept between calls (its contents do not survive them): on the host, a fresh array this
+        large would cost page faults on every call (the old per-m loops only ever made small ones)."""
+        array = self._scratch_arrays.get(name)
+        if array is None or tuple(array.shape) != shape or array.dtype != np.dtype(dtype):
+            array = self._scratch_arrays[name] = self.xp.empty(shape, dtype=dtype)
+        return array
 
     def _whole(self, what: str) -> None:
         t, n = self.truncation, self.grid.N
@@ -230,19 +412,82 @@ class SpectralTransform:
         return _checked_subset(wavenumbers, self.truncation + 1, "wavenumbers", f"0..T = 0..{self.truncation}")
 
 
-def _folded(xp: Any, rows_f: Any, m_index: Any, zero: np.ndarray, m_max: int, length: int) -> Any:
-    """The half spectrum (batch, R, n/2 + 1) of rows of ``length`` points holding wavenumbers up to ``m_max``
-    >= n / 2: each m adds to bin m mod n, and its conjugate (the -m of a real field) to bin -m mod n."""
-    batch, nrows = rows_f.shape[:2]
-    span = -(-(m_max + 1) // length) * length  # whole turns of the row's spectrum
-    spectrum = xp.zeros((batch, nrows, span), dtype=np.complex128)
-    spectrum[:, :, m_index] = rows_f
-    folded = spectrum.reshape(batch, nrows, span // length, length).sum(axis=2)
-    positive = folded.copy()  # the m > 0 part, whose conjugates are the negative wavenumbers
-    if len(zero):
-        positive[:, :, 0] -= rows_f[:, :, int(zero[0])]
-    half = np.arange(length // 2 + 1)
-    return folded[:, :, half] + xp.conj(positive[:, :, xp.asarray((length - half) % length)])
+def _bands(depths: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """Cut ``depths`` (descending) into at most ``count`` runs, each within one of ``count`` bands of equal
+    width: a run padded to its first depth wastes less than one band's width per member."""
+    if not len(depths):
+        return []
+    width = -(-(int(depths[0]) - int(depths[-1]) + 1) // count)
+    band = (int(depths[0]) - depths) // width
+    cuts = np.flatnonzero(np.diff(band)) + 1
+    return list(itertools.pairwise([0, *cuts.tolist(), len(depths)]))
+
+
+def _folding_table(ms: np.ndarray, length: int) -> np.ndarray:
+    """The terms adding up to each bin k = 0..n/2 of the half spectrum of a row of n = ``length`` points, as
+    (terms, n/2 + 1) positions in (F_m at 0..M-1, conj F_m at M..2M-1, a zero at 2M), M = len(ms).
+
+    The row's full spectrum holds F_m at bin m mod n and, for m > 0, conj F_m (the -m of a real field) at bin
+    -m mod n; irfft implies the bins past n/2 from those below. Every m < n/2 lands on its own bin below n/2
+    (one term per bin); larger m fold onto bins that other m hold too (several terms, the rest padded with the
+    zero).
+    """
+    count, half = len(ms), length // 2
+    position = np.arange(count)
+    direct, mirror = ms % length, (-ms) % length
+    own, conjugate = direct <= half, (ms > 0) & (mirror <= half)
+    bins = np.concatenate([direct[own], mirror[conjugate]])
+    terms = np.concatenate([position[own], position[conjugate] + count])
+    order = np.argsort(bins, kind="stable")
+    bins, terms = bins[order], terms[order]
+    rank = np.arange(len(bins)) - np.searchsorted(bins, bins)  # how many terms came before, on the same bin
+    table = np.full((int(rank.max(initial=0)) + 1, half + 1), 2 * count, dtype=np.int64)
+    table[rank, bins] = terms
+    return table
+
+
+def _plan_fourier(groups: list[_RowGroup], ms: np.ndarray, nrows: int, xp: Any) -> _FourierPlan:
+    """Build the Fourier half's index arrays (see _FourierPlan) for the wavenumbers ``ms`` on ``nrows`` rows."""
+    count = len(ms)
+    gathers, conjugates = [], False
+    picks = np.zeros((count, nrows), dtype=np.int64)
+    factors = np.zeros((count, nrows, 2))  # (real, imaginary) per m and row
+    for group in groups:
+        n, half = group.length, group.length // 2
+        table = _folding_table(ms, n)
+        conjugates = conjugates or bool(np.any((table >= count) & (table < 2 * count)))
+        # Flat position in the (batch, 2M + 1, rows) array of terms: term * rows + row.
+        gathers.append(xp.asarray(table[:, None, :] * nrows + group.rows[None, :, None]))
+        residue = ms % n
+        upper = residue > half  # bin n - residue holds conj F_m
+        bins = np.where(upper, n - residue, residue)
+        picks[:, group.rows] = group.offset + np.arange(len(group.rows)) * (half + 1) + bins[:, None]
+        factors[:, group.rows, 0] = 1.0 / n
+        factors[:, group.rows, 1] = np.where(upper, -1.0 / n, 1.0 / n)[:, None]
+    return _FourierPlan(gathers, conjugates, xp.asarray(picks), xp.asarray(factors.reshape(count, 2 * nrows)))
+
+
+def _keep_fft_plans(xp: Any, count: int) -> None:
+    """Let CuPy's cuFFT plan cache (16 plans by default) hold ``count`` more plans: one per row length and
+    direction, which the transform reuses every call; NumPy needs no plans."""
+    try:
+        config = importlib.import_module(f"{xp.__name__}.fft.config")
+    except ImportError:  # numpy
+        return
+    cache = config.get_plan_cache()
+    size = cache.get_size()
+    if size != -1 and size < count + 16:  # -1: unlimited
+        cache.set_size(count + 16)
+
+
+def _output(out: Any, shape: tuple[int, ...], what: str) -> Any:
+    """``out`` if it is a C-contiguous complex128 array of ``shape``, else ValueError."""
+    if tuple(out.shape) != shape or out.dtype != np.complex128 or not out.flags.c_contiguous:
+        raise ValueError(
+            f"{what}: out has shape {tuple(out.shape)} and dtype {out.dtype}, expected a C-contiguous {shape} "
+            "complex128 array"
+        )
+    return out
 
 
 def _checked_subset(values: Sequence[int] | np.ndarray | None, n: int, what: str, allowed: str) -> np.ndarray:
@@ -255,12 +500,3 @@ def _checked_subset(values: Sequence[int] | np.ndarray | None, n: int, what: str
     if len(np.unique(out)) != out.size:
         raise ValueError(f"{what} repeat a value: each may appear once")
     return out
-
-
-def _real_product(xp: Any, a: Any, table: Any) -> Any:
-    """Complex (batch, k) times real (k, n) as one real matrix product of the stacked real and imaginary
-    parts (half the work of promoting the table to complex)."""
-    batch = a.shape[0]
-    stacked = xp.concatenate([a.real, a.imag], axis=0)
-    product = stacked @ table
-    return product[:batch] + 1j * product[batch:]

@@ -1,0 +1,160 @@
+"""The spectral transform on the GPU (CuPy) against the same transform on the host (NumPy): each half and the
+whole transforms on O32 and O80 for several batch sizes, on all and on some wavenumbers and rows, and the
+dwarf's round trip on one rank.
+
+Marked ``gpu`` and skipped without CuPy and a GPU (CI has none): run them on a GPU machine with
+``pytest -m gpu tests/test_spectral_gpu.py``. cuBLAS and cuFFT round differently from the host's BLAS and
+pocketfft, so the results agree to round-off (1e-12 of the largest value), not bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gridcomm
+from gpu_support import needs_gpus
+from gridcomm.apps.spectral import SpectralTransform, coefficient_index, row_bands, wavenumber_sets
+from gridcomm.apps.spectral.dwarf import random_coefficients, run_spectral
+from gridcomm.grids.octahedral import OctahedralGrid
+
+pytestmark = [pytest.mark.gpu, needs_gpus(1)]
+
+GRIDS = [32, 80]
+BATCHES = [1, 4, 31]
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    import cupy
+
+    cupy.cuda.Device(0).use()
+    return cupy
+
+
+def assert_close(got, want: np.ndarray) -> None:
+    """``got`` (a CuPy array) equals ``want`` (NumPy) to round-off: 1e-12 of the largest value."""
+    host = got.get()
+    assert host.shape == want.shape and host.dtype == want.dtype
+    scale = float(np.max(np.abs(want), initial=1.0))
+    np.testing.assert_allclose(host, want, rtol=0, atol=1e-12 * scale)
+
+
+def random_complex(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+@pytest.mark.parametrize("n", GRIDS)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_whole_transforms_on_the_gpu_equal_the_host(cupy, n, batch):
+    host = SpectralTransform(n)
+    device = SpectralTransform(n, xp=cupy)
+    t = host.truncation
+    a = random_coefficients(t, np.arange(t + 1), batch, seed=n)
+    values = host.inverse(a)
+    assert_close(device.inverse(cupy.asarray(a)), values)
+    assert_close(device.direct(cupy.asarray(values)), host.direct(values))
+    assert_close(device.direct(device.inverse(cupy.asarray(a))), host.direct(values))
+
+
+def _subsets(n: int) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]]:
+    """(wavenumbers, rows, Fourier order): all; a rank's share of 3 in the distributed order; an unsorted subset
+    of wavenumbers (the permuted path), scattered rows and a shuffled order."""
+    grid = OctahedralGrid(n)
+    t = n - 1
+    sets = wavenumber_sets(t, 3)
+    rng = np.random.default_rng(n)
+    scattered = np.sort(rng.choice(2 * n, size=n // 2, replace=False))
+    return [
+        (None, None, None),
+        (sets[1], row_bands(grid.nlon, 3)[1], np.concatenate(sets)),
+        (rng.permutation(t + 1)[: t // 3 + 1], scattered, rng.permutation(t + 1)),
+    ]
+
+
+@pytest.mark.parametrize("n", GRIDS)
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("subset", [0, 1, 2])
+def test_each_half_on_the_gpu_equals_the_host(cupy, n, batch, subset):
+    wavenumbers, rows, order = _subsets(n)[subset]
+    host = SpectralTransform(n, wavenumbers=wavenumbers, rows=rows, fourier_order=order)
+    device = SpectralTransform(n, wavenumbers=wavenumbers, rows=rows, fourier_order=order, xp=cupy)
+    t, ms = host.truncation, host.wavenumbers
+    index = np.concatenate([coefficient_index(np.arange(m, t + 1), m, t) for m in ms])
+    a = random_coefficients(t, np.arange(t + 1), batch, seed=batch)[:, index]
+    assert_close(device.legendre_inverse(cupy.asarray(a)), host.legendre_inverse(a))
+    fourier = random_complex((batch, len(ms), 2 * n), seed=1)
+    assert_close(device.legendre_direct(cupy.asarray(fourier)), host.legendre_direct(fourier))
+    count = t + 1
+    fourier = random_complex((batch, count, len(host.rows)), seed=2)
+    assert_close(device.fourier_inverse(cupy.asarray(fourier), order), host.fourier_inverse(fourier, order))
+    values = np.random.default_rng(3).standard_normal((batch, host.points))
+    assert_close(device.fourier_direct(cupy.asarray(values), order), host.fourier_direct(values, order))
+
+
+def test_results_go_into_the_callers_device_arrays(cupy):
+    host = SpectralTransform(32)
+    device = SpectralTransform(32, xp=cupy)
+    a = random_coefficients(31, np.arange(32), 3)
+    out = cupy.empty((3, 32, 64), dtype=np.complex128)
+    assert device.legendre_inverse(cupy.asarray(a), out=out) is out
+    assert_close(out, host.legendre_inverse(a))
+    values = host.inverse(a)
+    out = cupy.empty((3, 32, 64), dtype=np.complex128)
+    assert device.fourier_direct(cupy.asarray(values), out=out) is out
+    assert_close(out, host.fourier_direct(values))
+
+
+def test_tables_and_index_arrays_live_on_the_gpu(cupy):
+    """Everything a transform reads at run time was put on the device when it was built, and the cuFFT plan
+    cache holds a plan per row length and direction."""
+    device = SpectralTransform(48, xp=cupy)
+    for bucket in device._buckets:
+        assert all(isinstance(x, cupy.ndarray) for x in (bucket.coefficients, bucket.tables, bucket.weighted))
+    for plan in device._fourier_plans.values():
+        assert all(isinstance(x, cupy.ndarray) for x in (*plan.gathers, plan.picks, plan.factors))
+    size = cupy.fft.config.get_plan_cache().get_size()
+    assert size == -1 or size >= 2 * len(device._row_groups)
+
+
+@pytest.mark.parametrize("grid", ["O32", "O80"])
+def test_dwarf_round_trip_on_one_gpu(cupy, grid):
+    """run_spectral(gpu=True) on one rank: CuPy arrays, the Transposer's GPU half, errors measured on the host."""
+    with gridcomm.Communicator() as comm:
+        r = run_spectral(comm, grid, levels=2, fields=2, steps=2, gpu=True)
+    assert r["gpu"] is True
+    assert r["round_trip_error"] < 1e-12
+    assert set(r["split_s"]) == {"legendre", "fft", "transposition"} and r["time_per_step_s"] > 0
+
+
+@pytest.mark.parametrize("transport", ["ipc", "nccl", "staged"])
+def test_graph_replays_equal_the_eager_transform_bit_for_bit(cupy, transport):
+    """DistributedTransform(graphs=True): each phase captured once and replayed gives the eager transform's
+    bits, for new coefficients at every call (the graphs read the same buffers); staged, which cannot be
+    captured, runs between the graphs."""
+    from gridcomm.apps.spectral.dwarf import DistributedTransform
+
+    with (
+        gridcomm.Communicator() as comm,
+        DistributedTransform(comm, "O48", batch=3, transport=transport, xp=cupy) as eager,
+        DistributedTransform(comm, "O48", batch=3, transport=transport, xp=cupy, graphs=True) as graphed,
+    ):
+        for seed in range(3):
+            a = cupy.asarray(random_coefficients(eager.truncation, eager.wavenumbers, 3, seed=seed))
+            want_values = eager.inverse(a).get()
+            want_back = eager.direct(cupy.asarray(want_values)).get()
+            got_values = graphed.inverse(a).get()
+            got_back = graphed.direct(graphed.inverse(a)).get()
+            assert np.array_equal(got_values, want_values), f"inverse differs (seed {seed})"
+            assert np.array_equal(got_back, want_back), f"direct differs (seed {seed})"
+        fft = {"fft direct", "fft inverse"}
+        transpositions = {"to rows", "to waves"} if transport != "staged" else set()
+        assert set(graphed.captured) - fft == transpositions, graphed.captured
+
+
+def test_graphs_need_the_gpu():
+    from gridcomm.apps.spectral.dwarf import DistributedTransform
+
+    with gridcomm.Communicator() as comm, pytest.raises(ValueError, match="xp=cupy"):
+        DistributedTransform(comm, "O16", graphs=True)
