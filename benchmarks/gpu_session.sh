@@ -55,6 +55,12 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
+      bench-spectral)  # the seed's Figure 4 on every GPU: one step per transport, and TCo639 as the seed ran it
+        stage bench-spectral 300 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O160,O320,O640 \
+          --transports staged,nccl,ipc --out "$dir/results"
+        stage bench-tco639 200 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 \
+          --fields 3 --steps 3 --transports auto --out "$dir/results"
+        ;;
       bench-spectral1) stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 \
           --out "$dir/results" ;;
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;

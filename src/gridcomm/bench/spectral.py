@@ -110,7 +110,8 @@ def plot_spectral(payload: dict[str, Any], png: Path) -> Path:
         bottom += shares
     for k, r in enumerate(rows):
         ax.annotate(f"{r['time_per_step_s'] * 1e3:.1f} ms", (k, bottom[k]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, [f"{r['grid']} T{r['truncation']}\n{r['batch']} fields x levels" for r in rows], fontsize=7)
+    labels = [f"{r['grid']} T{r['truncation']}\n{r['transport']}, batch {r['batch']}" for r in rows]
+    ax.set_xticks(x, labels, fontsize=7)
     ax.set(ylabel="share of the step [%] (inverse + direct)", ylim=(0, 1.4 * max(bottom)))
     ax.legend(fontsize=7, loc="upper left", ncol=3)
     where = "GPU" if any(r.get("gpu") for r in rows) else "CPU"

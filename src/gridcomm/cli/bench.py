@@ -319,7 +319,9 @@ def bench_spectral(
     levels: Annotated[int, typer.Option(help="Vertical levels of each 3-D field.")] = 10,
     fields: Annotated[int, typer.Option(help="3-D fields (a surface field is added).")] = 3,
     steps: Annotated[int, typer.Option(help="Timed steps (each one inverse and one direct transform).")] = 5,
-    transport: Annotated[str, typer.Option(help="Transposition transport: auto, or a name.")] = "auto",
+    transports: Annotated[
+        str, typer.Option(help="Transposition transports, comma-separated (auto, or names: e.g. staged,nccl,ipc).")
+    ] = "auto",
     gpu: GpuOption = False,
     graphs: Annotated[
         bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
@@ -341,13 +343,15 @@ def bench_spectral(
 
         use_local_gpu(comm)
     grid_list = name_list(grids, "--grids")
+    transport_list = name_list(transports, "--transports")
     rows = []
     with progress(comm.rank == 0) as bar:
-        task = bar.add_task("spectral cases", total=len(grid_list))
+        task = bar.add_task("spectral cases", total=len(grid_list) * len(transport_list))
         for grid in grid_list:
-            options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
-            rows.append(benchmark_spectral(comm, grid, **options, gpu=gpu, graphs=gpu and graphs))
-            bar.advance(task)
+            for transport in transport_list:  # the seed's Figure 4: the same step over each transport
+                options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
+                rows.append(benchmark_spectral(comm, grid, **options, gpu=gpu, graphs=gpu and graphs))
+                bar.advance(task)
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
         config = {
@@ -355,7 +359,7 @@ def bench_spectral(
             "levels": levels,
             "fields": fields,
             "steps": steps,
-            "transport": transport,
+            "transports": transport_list,
             "gpu": gpu,
             "graphs": gpu and graphs,
         }
@@ -364,6 +368,7 @@ def bench_spectral(
         body = [
             [
                 f"{r['grid']} T{r['truncation']}",
+                r["transport"],
                 str(r["batch"]),
                 f"{r['time_per_step_s'] * 1e3:.1f}",
                 *(f"{r['split_s'][p] * 1e3:.1f}" for p in ("legendre", "fft", "transposition")),
@@ -378,7 +383,7 @@ def bench_spectral(
             ]
             for r in rows
         ]
-        columns = ["grid", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share",
+        columns = ["grid", "transport", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share",
                    "Legendre GFLOP/s / FP64 GEMM (share)", "FFT GB/s", "HBM GB/s (FFT share)",
                    "round trip"]  # fmt: skip
         where = "GPU" if gpu else "CPU"
