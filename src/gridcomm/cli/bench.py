@@ -379,12 +379,13 @@ def bench_spectral(
                 f"({100 * r['legendre_share_of_matmul']:.0f} %)",
                 "-" if r["fft_GBps_per_rank"] is None else f"{r['fft_GBps_per_rank']:.1f}",
                 "-" if r["hbm_GBps"] is None else f"{r['hbm_GBps']:.0f} ({100 * r['fft_share_of_hbm']:.1f} %)",
+                "-" if r["joules_per_step"] is None else f"{r['joules_per_step']:.2f}",
                 f"{r['round_trip_error']:.1e}",
             ]
             for r in rows
         ]
         columns = ["grid", "transport", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share",
-                   "Legendre GFLOP/s / FP64 GEMM (share)", "FFT GB/s", "HBM GB/s (FFT share)",
+                   "Legendre GFLOP/s / FP64 GEMM (share)", "FFT GB/s", "HBM GB/s (FFT share)", "J/step",
                    "round trip"]  # fmt: skip
         where = "GPU" if gpu else "CPU"
         title = f"spectral transform on {comm.size} rank(s), {where} (slowest rank per phase; rates per rank)"

@@ -260,7 +260,8 @@ def run_spectral(
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s] and its split (legendre, fft, transposition; seconds per step, the
-    slowest rank per phase), and ``gpu``."""
+    slowest rank per phase), ``gpu``, and the GPUs' energy per step [J] (``joules_per_step``, None off the GPU;
+    ``energy``: gridcomm.bench.energy's record of the timed steps)."""
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
     if levels < 1 or fields < 1 or steps < 1:
         raise ValueError(f"levels, fields and steps must be at least 1, got {levels}, {fields}, {steps}")
@@ -272,14 +273,16 @@ def run_spectral(
         a = xp.asarray(host)
         dist.direct(dist.inverse(a))  # warm-up step: caches, first touch of work arrays, connections, FFT plans
         dist.seconds = dict.fromkeys(PHASES, 0.0)
-        comm.mpi.Barrier()
-        start = time.perf_counter()
-        for step in range(steps):
-            values = dist.inverse(a)
-            back = dist.direct(values)
-            if progress is not None:
-                progress(step + 1, steps)
-        elapsed = time.perf_counter() - start  # each phase ends synchronised with the device (_Timer)
+        from ...bench.energy import EnergyMeter
+
+        with EnergyMeter(comm) as meter:  # collective; includes a barrier
+            start = time.perf_counter()
+            for step in range(steps):
+                values = dist.inverse(a)
+                back = dist.direct(values)
+                if progress is not None:
+                    progress(step + 1, steps)
+            elapsed = time.perf_counter() - start  # each phase ends synchronised with the device (_Timer)
         error = float(np.max(np.abs(to_host(back) - host), initial=0.0))
         scale = float(np.max(np.abs(host), initial=0.0))
         mpi = comm.mpi
@@ -300,6 +303,8 @@ def run_spectral(
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "split_s": {k: mpi.allreduce(v, op=MPI.MAX) / steps for k, v in dist.seconds.items()},
+            "joules_per_step": meter.result.per(steps),
+            "energy": meter.result.as_dict(),
         }
 
 

@@ -55,6 +55,7 @@ def max_buckets(xp: Any) -> int:
     """The bucket limit for arrays of module ``xp``: MAX_BUCKETS on the host, MAX_BUCKETS_GPU on the GPU."""
     return MAX_BUCKETS if xp is np else MAX_BUCKETS_GPU
 
+
 #: Orders of wavenumbers along the Fourier arrays' m axis whose index arrays a transform keeps.
 _FOURIER_PLANS_KEPT = 4
 
