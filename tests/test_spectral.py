@@ -324,3 +324,11 @@ def test_empty_wavenumber_set_and_out_arrays():
         whole.fourier_direct(values, out=np.empty((2, 16, 31), complex))
     with pytest.raises(ValueError, match="out has shape"):
         whole.legendre_inverse(a, out=np.empty((2, 16, 32)))
+
+
+def test_fft_streams_are_checked_and_change_nothing_on_the_host():
+    with pytest.raises(ValueError, match="fft_streams"):
+        SpectralTransform(16, fft_streams=0)
+    one, four = SpectralTransform(16), SpectralTransform(16, fft_streams=4)  # NumPy: no streams to spread over
+    values = np.random.default_rng(5).standard_normal((2, one.points))
+    np.testing.assert_array_equal(one.fourier_direct(values), four.fourier_direct(values))

@@ -128,17 +128,19 @@ def test_dwarf_round_trip_on_one_gpu(cupy, grid):
     assert set(r["split_s"]) == {"legendre", "fft", "transposition"} and r["time_per_step_s"] > 0
 
 
-@pytest.mark.parametrize("transport", ["ipc", "nccl", "staged"])
-def test_graph_replays_equal_the_eager_transform_bit_for_bit(cupy, transport):
+@pytest.mark.parametrize(("transport", "fft_streams"), [("ipc", 1), ("nccl", 1), ("staged", 1), ("ipc", 4)])
+def test_graph_replays_equal_the_eager_transform_bit_for_bit(cupy, transport, fft_streams):
     """DistributedTransform(graphs=True): each phase captured once and replayed gives the eager transform's
     bits, for new coefficients at every call (the graphs read the same buffers); staged, which cannot be
-    captured, runs between the graphs."""
+    captured, runs between the graphs; with 4 FFT streams the row groups run as parallel graph branches."""
     from gridcomm.apps.spectral.dwarf import DistributedTransform
 
     with (
         gridcomm.Communicator() as comm,
         DistributedTransform(comm, "O48", batch=3, transport=transport, xp=cupy) as eager,
-        DistributedTransform(comm, "O48", batch=3, transport=transport, xp=cupy, graphs=True) as graphed,
+        DistributedTransform(
+            comm, "O48", batch=3, transport=transport, xp=cupy, graphs=True, fft_streams=fft_streams
+        ) as graphed,
     ):
         for seed in range(3):
             a = cupy.asarray(random_coefficients(eager.truncation, eager.wavenumbers, 3, seed=seed))

@@ -59,6 +59,7 @@ def benchmark_spectral(
     transport: str = "auto",
     gpu: bool = False,
     graphs: bool | None = None,
+    fft_streams: int = 1,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
     the matrix-product rate measured here and its share of it, the FFT phase's bandwidth (``fft_bytes`` per
@@ -66,8 +67,9 @@ def benchmark_spectral(
     Rates per rank assume the work is shared evenly (wavenumbers in pairs, rows by points)."""
     octahedral = OctahedralGrid(grid)
     r = run_spectral(
-        comm, octahedral, levels=levels, fields=fields, steps=steps, transport=transport, gpu=gpu, graphs=graphs
-    )
+        comm, octahedral, levels=levels, fields=fields, steps=steps, transport=transport, gpu=gpu, graphs=graphs,
+        fft_streams=fft_streams,
+    )  # fmt: skip
     t, batch = r["truncation"], r["batch"]
     xp = np
     if gpu:

@@ -326,6 +326,9 @@ def bench_spectral(
     graphs: Annotated[
         bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
     ] = True,
+    fft_streams: Annotated[
+        int, typer.Option(help="With --gpu: streams the FFT row groups are spread over (experimental).")
+    ] = 1,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
     """Time per step of the spectral-transform dwarf and its split (Legendre, FFT, transposition), the
@@ -350,7 +353,9 @@ def bench_spectral(
         for grid in grid_list:
             for transport in transport_list:  # the seed's Figure 4: the same step over each transport
                 options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
-                rows.append(benchmark_spectral(comm, grid, **options, gpu=gpu, graphs=gpu and graphs))
+                rows.append(
+                    benchmark_spectral(comm, grid, **options, gpu=gpu, graphs=gpu and graphs, fft_streams=fft_streams)
+                )
                 bar.advance(task)
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
@@ -362,6 +367,7 @@ def bench_spectral(
             "transports": transport_list,
             "gpu": gpu,
             "graphs": gpu and graphs,
+            "fft_streams": fft_streams,
         }
         path = write_results(out, "spectral", machine, config, rows)
         png = plot_spectral({"machine": machine, "results": rows}, path.with_suffix(".png"))

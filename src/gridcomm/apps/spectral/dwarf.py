@@ -44,6 +44,7 @@ class DistributedTransform:
         xp: numpy, or cupy for arrays on this rank's current GPU (the Transposer then moves device arrays).
         graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
             transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
+        fft_streams: (CuPy) streams the FFT phases spread their row groups over (SpectralTransform).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank.
@@ -61,6 +62,7 @@ class DistributedTransform:
         transport: str = "auto",
         xp: Any = np,
         graphs: bool = False,
+        fft_streams: int = 1,
     ) -> None:
         from ...transpose import Transposer
 
@@ -80,6 +82,7 @@ class DistributedTransform:
             rows=bands[comm.rank],
             fourier_order=m_order,
             xp=xp,
+            fft_streams=fft_streams,
         )
         self.grid, self.truncation, self.batch, self.xp = grid, t, batch, xp
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
@@ -250,13 +253,15 @@ def run_spectral(
     transport: str = "auto",
     gpu: bool = False,
     graphs: bool | None = None,
+    fft_streams: int = 1,
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface
     field, distributed over the ranks of ``comm`` (collective). With ``gpu`` the arrays live on each rank's
     current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
     there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
-    phase as a CUDA graph (DistributedTransform).
+    phase as a CUDA graph, and ``fft_streams`` spreads the FFT row groups over that many streams
+    (DistributedTransform).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s] and its split (legendre, fft, transposition; seconds per step, the
@@ -268,7 +273,8 @@ def run_spectral(
     xp = _array_module(gpu)
     graphs = gpu if graphs is None else graphs
     batch = fields * levels + 1
-    with DistributedTransform(comm, grid, truncation, batch=batch, transport=transport, xp=xp, graphs=graphs) as dist:
+    options = {"batch": batch, "transport": transport, "xp": xp, "graphs": graphs, "fft_streams": fft_streams}
+    with DistributedTransform(comm, grid, truncation, **options) as dist:
         host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
         a = xp.asarray(host)
         dist.direct(dist.inverse(a))  # warm-up step: caches, first touch of work arrays, connections, FFT plans
@@ -299,6 +305,7 @@ def run_spectral(
             "steps": steps,
             "gpu": gpu,
             "graphs": dist.captured,
+            "fft_streams": fft_streams,
             "transport": dist.transport,
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,

@@ -31,9 +31,10 @@ aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +142,10 @@ class SpectralTransform:
             and ``fourier_direct`` will be given (default 0..T): its index arrays are built here, those of any
             other order on first use.
         xp: the array module (numpy, or cupy for arrays on the GPU): every table and index array lives there.
+        fft_streams: (CuPy) CUDA streams the FFT half spreads its row groups over, forked from and joined back
+            to the caller's stream: small FFTs of different lengths then run side by side (in a captured CUDA
+            graph, as parallel branches). 1 (the default): all on the caller's stream. Experimental: not yet
+            measured on a GPU.
 
     Arrays are batched on their first axis (fields times levels): coefficients (batch, ncoef) complex,
     grid values (batch, points of ``rows``) real, Fourier coefficients (batch, m, rows) complex.
@@ -157,6 +162,7 @@ class SpectralTransform:
         rows: Sequence[int] | np.ndarray | None = None,
         fourier_order: Sequence[int] | np.ndarray | None = None,
         xp: Any = np,
+        fft_streams: int = 1,
     ) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         n = self.grid.N
@@ -174,6 +180,10 @@ class SpectralTransform:
         self.points = int(np.sum(self.grid.nlon[self.rows]))
         self._scratch_arrays: dict[str, Any] = {}
         self._as_strided = importlib.import_module(f"{xp.__name__}.lib.stride_tricks").as_strided
+        if fft_streams < 1:
+            raise ValueError(f"fft_streams = {fft_streams}: give at least 1")
+        on_gpu = xp is not np and fft_streams > 1
+        self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(fft_streams)] if on_gpu else []
         self._set_up_legendre()
         self._set_up_fourier(self._fourier_wavenumbers(fourier_order))
 
@@ -328,13 +338,15 @@ class SpectralTransform:
         terms[:, 2 * count] = 0.0
         flat = terms.reshape(batch, -1)
         values = xp.empty((batch, self.points), dtype=np.float64)
-        for group, gather in zip(self._row_groups, plan.gathers, strict=True):
-            # One gather per row length: small, contiguous arrays (the host's FFT is faster on them and its
-            # allocator reuses them; one gather for all groups would page-fault a large fresh array each call).
-            spectra = xp.take(flat, gather, axis=1)  # (batch, terms, rows, n/2 + 1)
-            half = spectra[:, 0] if spectra.shape[1] == 1 else spectra.sum(axis=1)
-            rows = xp.fft.irfft(half, n=group.length, axis=-1, norm="forward")  # (batch, rows, n)
-            group.points(self._as_strided, values)[...] = rows
+        with self._fanned_out() as lane:
+            for k, (group, gather) in enumerate(zip(self._row_groups, plan.gathers, strict=True)):
+                with lane(k):
+                    # One gather per row length: small, contiguous arrays (the host's FFT is faster on them and
+                    # its allocator reuses them; one gather for all groups would page-fault a large fresh array).
+                    spectra = xp.take(flat, gather, axis=1)  # (batch, terms, rows, n/2 + 1)
+                    half = spectra[:, 0] if spectra.shape[1] == 1 else spectra.sum(axis=1)
+                    rows = xp.fft.irfft(half, n=group.length, axis=-1, norm="forward")  # (batch, rows, n)
+                    group.points(self._as_strided, values)[...] = rows
         return values
 
     def fourier_direct(
@@ -354,17 +366,41 @@ class SpectralTransform:
         plan = self._fourier_plan(ms)
         batch = v.shape[0]
         spectra = self._scratch("spectra", (batch, self._spectra_size), np.complex128)
-        for group in self._row_groups:
-            # Contiguous rows first: NumPy's FFT of a strided view is slower than the copy, CuPy copies it anyway.
-            rows = xp.ascontiguousarray(group.points(self._as_strided, v))
-            half = xp.fft.rfft(rows, axis=-1)  # (batch, rows, n/2 + 1), unscaled
-            spectra[:, group.offset : group.offset + half[0].size] = half.reshape(batch, -1)
+        with self._fanned_out() as lane:
+            for k, group in enumerate(self._row_groups):
+                with lane(k):
+                    # Contiguous rows first: NumPy's FFT of a strided view is slower than the copy; CuPy copies.
+                    rows = xp.ascontiguousarray(group.points(self._as_strided, v))
+                    half = xp.fft.rfft(rows, axis=-1)  # (batch, rows, n/2 + 1), unscaled
+                    spectra[:, group.offset : group.offset + half[0].size] = half.reshape(batch, -1)
         picked = xp.take(spectra, plan.picks, axis=1)  # (batch, m, rows)
         shape = (batch, len(ms), len(self.rows))
         out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "fourier_direct")
         # One pass scales by 1 / n and conjugates the bins past n/2: real and imaginary parts by their factors.
         xp.multiply(picked.view(np.float64), plan.factors, out=out.view(np.float64))
         return out
+
+    @contextlib.contextmanager
+    def _fanned_out(self) -> Iterator[Callable[[int], Any]]:
+        """``lane(k)``: the context row group k's work runs in. Without lanes, the caller's stream; with them,
+        lane k mod L, forked from the caller's stream after everything enqueued so far and joined back to it
+        on exit (each group writes its own part of the output; temporaries stay on their lane's stream)."""
+        if not self._lanes:
+            yield lambda k: contextlib.nullcontext()
+            return
+        cuda = self.xp.cuda
+        caller = cuda.get_current_stream()
+        fork = cuda.Event(block=False, disable_timing=True)
+        fork.record(caller)
+        for lane in self._lanes:
+            lane.wait_event(fork)
+        try:
+            yield lambda k: self._lanes[k % len(self._lanes)]
+        finally:
+            for lane in self._lanes:
+                joined = cuda.Event(block=False, disable_timing=True)
+                joined.record(lane)
+                caller.wait_event(joined)
 
     # -- whole transforms -------------------------------------------------------------------------------------
 
