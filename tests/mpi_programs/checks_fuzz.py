@@ -561,11 +561,13 @@ def global_id_fault_case(draw: Any, n: int, args: dict[str, Any], kind: str) -> 
     """An id two ranks own (rank r also takes one of rank q's), or a halo id beyond every owned one: every rank
     must raise DecompositionError naming the id."""
     mesh: Mesh = args["mesh"]
-    owners = [r for r in range(n) if mesh.owned[r]]
     rank = draw(st.sampled_from(range(n)))
-    if kind == "owned by two ranks" and n > 1 and owners and owners != [rank]:
-        other = draw(st.sampled_from([r for r in owners if r != rank]))
-        node = draw(st.sampled_from(mesh.owned[other]))
+    # Another rank's node that is not in this rank's halo: owning a node of its own halo is a second fault
+    # there, which that rank reports first (as it should).
+    in_halo = {int(node) for node in mesh.halo[rank]}
+    others = [int(node) for r in range(n) if r != rank for node in mesh.owned[r] if int(node) not in in_halo]
+    if kind == "owned by two ranks" and others:
+        node = draw(st.sampled_from(others))
         fault = Fault(kind, ("DecompositionError",), (str(int(mesh.ids([node])[0])), "owner"), rank, True)
         return Case("UnstructuredDecomposition", n, args, fault, {"extra owned node": node})
     node = mesh.n_nodes + draw(st.integers(0, 3))  # no rank owns it
@@ -1089,7 +1091,8 @@ class Transposition:
 def build_transposer(sub: Any, case: Case, args: dict[str, Any]) -> Transposition:
     call = transposer_call(sub, case, args)
     sources, destinations = call["sources"], call["destinations"]
-    if args["alone"] and len(sources) == 1 and len(destinations) == 1:
+    # One array is passed bare; not a Python list, which the API reads as the list of arrays (by design).
+    if args["alone"] and len(sources) == 1 and len(destinations) == 1 and not isinstance(sources[0], list):
         sources, destinations = sources[0], destinations[0]
     options = {"transport": call["transport"], "timeout": call["timeout"]}
     try:
