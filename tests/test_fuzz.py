@@ -14,7 +14,8 @@ import time
 
 import pytest
 from checks_fuzz import CONSTRUCTORS, SCALE, run_case
-from hypothesis import HealthCheck, given, settings
+from harness import property_settings
+from hypothesis import given
 from hypothesis import strategies as st
 from mpi4py import MPI
 
@@ -31,14 +32,7 @@ def test_constructor_fuzzed_on_one_rank(name):
     examples = max(1, round(constructor.examples * SCALE * IN_PROCESS_SHARE))
     seen = {"examples": 0, "with a fault": 0}
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
+    @property_settings(examples)
     @given(st.data())
     def property_holds(data):
         case = data.draw(constructor.cases(1), label="case")

@@ -7,6 +7,7 @@ receives are written into destination arrays; :class:`HaloExchanger` is the case
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -84,6 +85,22 @@ class CapturedExchange:
     def close(self) -> None:
         """Free the graph now (also done by the exchanger's and the communicator's close)."""
         self._graph = self._exchanger = None
+
+
+def on_device_alike(named: Sequence[tuple[str, Any]], what: str) -> bool:
+    """Whether the (name, array) pairs live on the GPU; FieldError naming each one's memory when some live on
+    the host and others on the GPU (``what`` names them all, e.g. "fields"). Local."""
+    on_device = [is_device_array(a) for _, a in named]
+    if any(on_device) and not all(on_device):
+        where = ", ".join(f"{name}: {'GPU' if d else 'host'}" for (name, _), d in zip(named, on_device, strict=True))
+        raise FieldError(f"{what} live in different memories ({where}); put them all on the host or all on the GPU")
+    return bool(on_device) and on_device[0]
+
+
+def check_same_memory(on_device: Sequence[Any]) -> None:
+    """FieldError unless every rank passes arrays of one memory (``on_device``: each rank's, in rank order)."""
+    if len(set(on_device)) > 1:
+        raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
 
 
 def check_on_current_gpu(rank: int, named: Sequence[tuple[str, Any]]) -> None:
@@ -272,14 +289,9 @@ class BoundExchange:
         return self._handle
 
     def _copy_own(self, stream: Any) -> None:
-        copyto = self.xp.copyto
-        if stream is None:
+        with contextlib.nullcontext() if stream is None else stream:
             for dst, src in self._local_copies:
-                copyto(dst, src)
-            return
-        with stream:
-            for dst, src in self._local_copies:
-                copyto(dst, src)
+                self.xp.copyto(dst, src)
 
     @property
     def _operation(self) -> str:
@@ -465,8 +477,7 @@ class HaloExchanger(BoundExchange):
         mine = (self.on_device, asked, getattr(decomposition, "signature", None))
         everyone = gather_or_raise(self.comm.mpi, mine, problem, "arguments")
         on_device, transports, decompositions = zip(*everyone, strict=True)
-        if len(set(on_device)) > 1:
-            raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
+        check_same_memory(on_device)
         check_same_transport(transports)
         if len(set(decompositions)) > 1:
             raise PatternError(
@@ -481,10 +492,7 @@ class HaloExchanger(BoundExchange):
         raw = list(fields) if isinstance(fields, list | tuple) else [fields]
         if not raw:
             raise FieldError("fields is empty; pass at least one array to exchange")
-        on_device = [is_device_array(f) for f in raw]
-        if any(on_device) and not all(on_device):
-            where = ", ".join(f"field {i}: {'GPU' if d else 'host'}" for i, d in enumerate(on_device))
-            raise FieldError(f"fields live in different memories ({where}); put them all on the host or all on the GPU")
+        on_device_alike([(f"field {i}", f) for i, f in enumerate(raw)], "fields")
         return raw
 
     def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:

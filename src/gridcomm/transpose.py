@@ -16,15 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import as_array, check_dtype, cupy_or_none, is_device_array, memory_order
+from .arrays import as_array, check_dtype, cupy_or_none, memory_order
 from .comm import Communicator
 from .errors import FieldError, PatternError
 from .exchange import (
     BoundExchange,
     _compatible_orders,
     check_on_current_gpu,
+    check_same_memory,
     check_same_transport,
     gather_or_raise,
+    on_device_alike,
 )
 from .packing import FieldSpec, Layout, run_grid
 from .pattern import Box, Pattern, PeerPlan
@@ -200,8 +202,7 @@ class Transposer(BoundExchange):
             asked, problem = (None, None), error
         transports, on_device = zip(*gather_or_raise(self.comm.mpi, asked, problem, "arguments"), strict=True)
         check_same_transport(transports)
-        if len(set(on_device)) > 1:
-            raise FieldError("some ranks pass GPU arrays and others host arrays; every rank must pass the same kind")
+        check_same_memory(on_device)
         self.on_device = on_device[0]
         self.transport = choose(transport, self.comm, self.on_device)
         self._raw = (raw_sources, raw_destinations)
@@ -263,15 +264,10 @@ class Transposer(BoundExchange):
             raise FieldError(
                 f"{len(sources)} source(s) but {len(destinations)} destination(s); pass one destination per source"
             )
-        on_device = [is_device_array(a) for a in sources + destinations]
-        if any(on_device) and not all(on_device):
-            where = ", ".join(
-                f"{'source' if k < len(sources) else 'destination'} {k % len(sources)}: {'GPU' if d else 'host'}"
-                for k, d in enumerate(on_device)
-            )
-            raise FieldError(f"arrays live in different memories ({where}); put them all on the host or all on the GPU")
+        named = [(f"source {i}", a) for i, a in enumerate(sources)]
+        on_device = on_device_alike(named + [(f"destination {i}", a) for i, a in enumerate(destinations)], "arrays")
         self._set_options(*options)
-        return on_device[0]
+        return on_device
 
     def _array(self, a: Any, what: str, shape: tuple[int, ...] | None) -> tuple[Any, np.dtype]:
         """``a`` as a NumPy or CuPy array with its dtype, checked: contiguous, at least 1-D, of ``shape`` (if

@@ -19,9 +19,9 @@ import numpy as np
 from harness import (
     BOX_TRANSPORTS,
     DERANDOMIZE,
+    Mirrored,
     assert_everywhere,
     assert_raises_everywhere,
-    cell_bytes,
     ranks,
     run_property,
 )
@@ -37,77 +37,28 @@ IPC = {k for k, t in TRANSPORTS.items() if k.startswith("ipc")}
 MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_TRANSPOSE_EXAMPLES", "120"))
 
 
-class MirroredTransposer:
+class MirroredTransposer(Mirrored):
     """A gridcomm.Transposer over GPU copies of host arrays: each exchange uploads the sources and the
-    destinations (their sentinels), runs on the GPU and downloads the destinations."""
+    destinations (their sentinels), runs on the GPU and brings back what changed in the destinations."""
 
     def __init__(self, comm: Any, send: Any, recv: Any, sources: Any, destinations: Any, *args: Any, **kw: Any):
-        self._mirror(sources, destinations)
-        self.inner = gridcomm.Transposer(comm, send, recv, self._device_src, self._device_dst, *args, **kw)
+        self.exchanger = gridcomm.Transposer(comm, send, recv, *self._mirror(sources, destinations), *args, **kw)
 
     @classmethod
     def from_counts(cls, comm: Any, sc: Any, sd: Any, rc: Any, rd: Any, sources: Any, destinations: Any, *args, **kw):
         self = cls.__new__(cls)
-        self._mirror(sources, destinations)
-        self.inner = gridcomm.Transposer.from_counts(
-            comm, sc, sd, rc, rd, self._device_src, self._device_dst, *args, **kw
-        )
+        mirrored = self._mirror(sources, destinations)
+        self.exchanger = gridcomm.Transposer.from_counts(comm, sc, sd, rc, rd, *mirrored, *args, **kw)
         return self
 
-    def _mirror(self, sources: Any, destinations: Any) -> None:
-        import cupy
-
-        single = not isinstance(sources, list | tuple)
-        self.host_src = [sources] if single else list(sources)
-        self.host_dst = [destinations] if single else list(destinations)
-        copies = [
-            [cupy.array(a, order="F" if _fortran(a) else "C") for a in arrays]
-            for arrays in (self.host_src, self.host_dst)
-        ]
-        self._device_src, self._device_dst = (c[0] if single else c for c in copies)
-        self._src, self._dst = copies
-
-    def __getattr__(self, name: str) -> Any:  # count, elements_per_exchange, _closed, ...
-        return getattr(self.inner, name)
-
-    def start(self, *args: Any) -> Any:
-        if self.inner._closed or not self.inner._handle.done:
-            return self.inner.start(*args)  # raises; an upload now would overwrite blocks in flight
-        for h, d in zip(self.host_src + self.host_dst, self._src + self._dst, strict=True):
-            d.set(h)
-        return _MirroredHandle(self, self.inner.start(*args))
-
-    def download(self) -> None:
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-        for h, d in zip(self.host_dst, self._dst, strict=True):
-            cell_bytes(h)[...] = cell_bytes(d.get(order="A"))
-
-    def exchange(self) -> None:
-        self.start().wait()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> MirroredTransposer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.inner.__exit__(*exc)
-
-
-class _MirroredHandle:
-    def __init__(self, owner: MirroredTransposer, handle: Any) -> None:
-        self._owner, self._handle = owner, handle
-
-    def wait(self) -> None:
-        self._handle.wait()
-        self._owner.download()
-
-
-def _fortran(a: np.ndarray) -> bool:
-    return a.ndim > 1 and a.flags.f_contiguous and not a.flags.c_contiguous
+    def _mirror(self, sources: Any, destinations: Any) -> tuple[Any, Any]:
+        """GPU copies of both lists; what to hand gridcomm for each."""
+        host_src, device_src, src = self._on_device(sources)
+        host_dst, device_dst, dst = self._on_device(destinations)
+        self.device = device_src + device_dst
+        self._sent = list(zip(host_src + host_dst, self.device, strict=True))
+        self._received = list(zip(host_dst, device_dst, strict=True))
+        return src, dst
 
 
 def _on_gpu(check: Any, transports: dict[str, Any] = TRANSPORTS) -> Any:

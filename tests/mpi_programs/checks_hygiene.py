@@ -325,7 +325,6 @@ def usage(comm: Any, probe: MpiObjectProbe, alive: weakref.WeakSet, cuda_objects
     release_device_memory()
     polite_barrier(comm)
     found: dict[str, int] = dict(probe.leaked())
-    gc.collect()
     found["objects alive after gc"] = len(alive)
     found["Python objects"] = len(gc.get_objects())
     found.update(device_usage(cuda_objects))

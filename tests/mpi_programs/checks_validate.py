@@ -33,6 +33,22 @@ def _corrupt_after_unpack(exchanger, field, index) -> None:
     exchanger.packer.unpack = corrupted
 
 
+def _corrupted_exchange_problems(label, exchanger, field, index, corrupter, rank, wanted) -> list[str]:
+    """Rank ``corrupter`` changes ``field[index]`` after every unpack from now on: the next exchange must raise
+    ValidationError there, its message holding every word of ``wanted``, and pass on every other rank."""
+    if rank == corrupter:
+        _corrupt_after_unpack(exchanger, field, index)
+    try:
+        exchanger.exchange()
+    except ValidationError as error:
+        text = str(error)
+        if rank != corrupter:
+            return [f"{label}: rank {rank} raised although nothing was corrupted there: {text}"]
+        missing = [w for w in wanted if w not in text]
+        return [f"{label}: the message lacks {missing}: {text}"] if missing else []
+    return [f"{label}: no ValidationError although a received element was changed"] if rank == corrupter else []
+
+
 @ranks(minimum=2, maximum=3)
 def check_corrupted_halo_is_named(comm):
     """Rank 0 corrupts one cell of field 1's halo received from its right neighbour (rank 1) after each
@@ -47,19 +63,8 @@ def check_corrupted_halo_is_named(comm):
         ex.exchange()
         cell = (d.local_shape[0] - 1, 2, 3)  # the high-x halo, received from rank 1
         unpack = ex.packer.unpack
-        if rank == 0:
-            _corrupt_after_unpack(ex, fields[1], cell)
-        try:
-            ex.exchange()
-            if rank == 0:
-                problems.append(f"{name}: no ValidationError although a received cell was changed")
-        except ValidationError as error:
-            text = str(error)
-            wanted = ["field 1", "from rank 1", "rank 0:", "halo exchange #2", f"{cell[0]}:{cell[0] + 1}"]
-            if rank != 0:
-                problems.append(f"{name}: rank {rank} raised although nothing was corrupted there: {text}")
-            elif missing := [w for w in wanted if w not in text]:
-                problems.append(f"{name}: the message lacks {missing}: {text}")
+        wanted = ["field 1", "from rank 1", "rank 0:", "halo exchange #2", f"{cell[0]}:{cell[0] + 1}"]
+        problems += _corrupted_exchange_problems(name, ex, fields[1], cell, 0, rank, wanted)
         ex.packer.unpack = unpack
         ex.exchange()  # right again
         ex.close()
@@ -95,15 +100,8 @@ def check_unstructured_and_transposer_validate(comm):
     field[:4] = owned[:, None] + np.arange(3) / 10
     with HaloExchanger(d, field, validate=True) as ex:
         ex.exchange()
-        if rank == 0:
-            _corrupt_after_unpack(ex, field, (4, 2))
-        try:
-            ex.exchange()
-            if rank == 0:
-                problems.append("unstructured: no ValidationError although a received row was changed")
-        except ValidationError as error:
-            if rank != 0 or "from rank 1" not in str(error) or "(4, 2) (row 0 of 1" not in str(error):
-                problems.append(f"unstructured: {error}")
+        wanted = ["from rank 1", "(4, 2) (row 0 of 1"]
+        problems += _corrupted_exchange_problems("unstructured", ex, field, (4, 2), 0, rank, wanted)
     source = np.arange(2 * size, dtype=np.int64) + 100 * rank
     dest = np.zeros(2 * size, dtype=np.int64)
     with Transposer.from_counts(comm, [2] * size, None, [2] * size, None, source, dest, validate=True) as t:
@@ -111,13 +109,6 @@ def check_unstructured_and_transposer_validate(comm):
         want = np.array([100 * r + 2 * rank + k for r in range(size) for k in range(2)])
         if not np.array_equal(dest, want):
             problems.append(f"transposer: {dest.tolist()}, expected {want.tolist()}")
-        if rank == 1:
-            _corrupt_after_unpack(t, dest, 0)
-        try:
-            t.exchange()
-            if rank == 1:
-                problems.append("transposer: no ValidationError although a received element was changed")
-        except ValidationError as error:
-            if rank != 1 or "from rank 0" not in str(error) or "(0,) of box [0:2]" not in str(error):
-                problems.append(f"transposer: {error}")
+        wanted = ["from rank 0", "(0,) of box [0:2]"]
+        problems += _corrupted_exchange_problems("transposer", t, dest, 0, 1, rank, wanted)
     assert_everywhere(comm, "\n".join(problems) or None)

@@ -54,42 +54,49 @@ if os.environ.get("GRIDCOMM_CHECK_TRANSPORTS"):
     )
 
 
-class _MirroredExchanger:
-    """A HaloExchanger over GPU copies of host fields: each exchange uploads the host arrays, exchanges on
-    the GPU and downloads the result, so that the host-side checks (bytes, sentinels, in-place edits between
-    rounds) test the GPU data path unchanged."""
+class Mirrored:
+    """A gridcomm exchanger (HaloExchanger, Transposer) over GPU copies of host arrays: each exchange uploads
+    the host arrays it sends from (and those it receives into: their sentinels), runs on the GPU and brings
+    back the cells it changed, so that the host-side checks (bytes, sentinels, in-place edits between rounds)
+    test the GPU data path unchanged. A subclass's constructor mirrors the arrays and sets ``exchanger``."""
 
-    def __init__(self, decomposition: Any, fields: Any, transport: Any = "auto", **kwargs: Any) -> None:
+    exchanger: Any
+    device: list[Any]  # every GPU copy
+    _sent: list[tuple[np.ndarray, Any]]  # (host, device) uploaded at each start()
+    _received: list[tuple[np.ndarray, Any]]  # (host, device) whose changed cells each wait() brings back
+
+    @staticmethod
+    def _on_device(arrays: Any) -> tuple[list[np.ndarray], list[Any], Any]:
+        """(the host arrays as a list, their GPU copies, what to hand gridcomm: one copy or the list)."""
         import cupy
 
-        self._cupy = cupy
-        self._single = not isinstance(fields, list | tuple)
-        self.host = [fields] if self._single else list(fields)
-        self.device = [cupy.array(f, order="F" if _fortran(f) else "C") for f in self.host]
-        self.exchanger = gridcomm.HaloExchanger(
-            decomposition, self.device[0] if self._single else self.device, transport, **kwargs
-        )
+        single = not isinstance(arrays, list | tuple)
+        host = [arrays] if single else list(arrays)
+        device = [cupy.array(a, order="F" if _fortran(a) else "C") for a in host]
+        return host, device, device[0] if single else device
 
-    def __getattr__(self, name: str) -> Any:  # layout, transport, timeout, bytes_per_exchange, ...
+    def __getattr__(self, name: str) -> Any:  # layout, transport, timeout, count, bytes_per_exchange, ...
         return getattr(self.exchanger, name)
 
     def _upload(self) -> None:
-        self._uploaded = [h.copy(order="A") for h in self.host]
-        for h, d in zip(self.host, self.device, strict=True):
+        self._uploaded = [h.copy(order="A") for h, _ in self._received]
+        for h, d in self._sent:
             d.set(h)
 
     def download(self) -> None:
         """Bring back the cells the exchange changed; the rest keep what the host wrote meanwhile (a check
         may work on the interior between start() and wait())."""
-        self._cupy.cuda.Device().synchronize()
-        for h, d, before in zip(self.host, self.device, self._uploaded, strict=True):
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+        for (h, d), before in zip(self._received, self._uploaded, strict=True):
             after = d.get(order="A")
             changed = (cell_bytes(after) != cell_bytes(before)).any(axis=-1)
             cell_bytes(h)[changed] = cell_bytes(after)[changed]
 
     def start(self, *args: Any) -> Any:
         if self.exchanger._closed or not self.exchanger._handle.done:
-            return self.exchanger.start(*args)  # raises; an upload now would overwrite halos in flight
+            return self.exchanger.start(*args)  # raises; an upload now would overwrite data in flight
         self._upload()
         return _MirroredHandle(self, self.exchanger.start(*args))
 
@@ -99,15 +106,24 @@ class _MirroredExchanger:
     def close(self) -> None:
         self.exchanger.close()
 
-    def __enter__(self) -> _MirroredExchanger:
+    def __enter__(self) -> Mirrored:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.exchanger.__exit__(*exc)
 
 
+class _MirroredExchanger(Mirrored):
+    """A HaloExchanger over GPU copies of host fields (received into the fields themselves)."""
+
+    def __init__(self, decomposition: Any, fields: Any, transport: Any = "auto", **kwargs: Any) -> None:
+        host, self.device, given = self._on_device(fields)
+        self._sent = self._received = list(zip(host, self.device, strict=True))
+        self.exchanger = gridcomm.HaloExchanger(decomposition, given, transport, **kwargs)
+
+
 class _MirroredHandle:
-    def __init__(self, owner: _MirroredExchanger, handle: Any) -> None:
+    def __init__(self, owner: Mirrored, handle: Any) -> None:
         self._owner, self._handle = owner, handle
 
     def wait(self) -> None:
@@ -363,6 +379,22 @@ def run_everywhere(
     return [(r, p) for r, p in enumerate(everyone or []) if p]
 
 
+def property_settings(max_examples: int, derandomize: bool = True) -> Any:
+    """The hypothesis settings of every property test here: no deadline (MPI and GPU work vary in time), no
+    example database, every health check off (cases are drawn from large strategies on purpose), and the
+    blob that reproduces a failure printed."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+
+
 def run_property(
     comm: Any,
     strategy: Any,
@@ -388,21 +420,14 @@ def run_property(
             run_everywhere(comm, case, nranks(case), run_case)
         return
 
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import given
     from hypothesis import strategies as st
 
     start = time.perf_counter()
     tally = dict(tally or {})
     counts = {"examples": 0, **dict.fromkeys(tally, 0)}
 
-    @settings(
-        max_examples=max_examples,
-        deadline=None,
-        derandomize=derandomize,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
+    @property_settings(max_examples, derandomize)
     @given(st.data())
     def property_holds(data: Any) -> None:
         case = data.draw(strategy, label="case")
