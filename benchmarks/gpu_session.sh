@@ -42,6 +42,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
           tests/test_gpu.py -k transpose
         ;;
+      tests-spectral)  # the spectral transform's GPU suite only
+        stage tests-spectral 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_spectral_gpu.py
+        ;;
       tests-quick)  # everything but the MPI correctness suites (run by `tests`)
         stage tests-quick 200 $py -m pytest -m gpu -q -rs --timeout=180 -p no:cacheprovider -k "not suite and not property" \
           tests/test_gpu.py tests/test_stencil2d.py
@@ -62,8 +65,11 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage bench-tco639 200 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 \
           --fields 3 --steps 3 --transports auto --out "$dir/results"
         ;;
-      bench-spectral1) stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 \
-          --out "$dir/results" ;;
+      bench-spectral1)  # one GPU: the seed's grids, and TCo639 as the seed ran it
+        stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 --out "$dir/results"
+        stage bench-tco639-1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O640 --levels 137 --fields 3 \
+          --steps 3 --out "$dir/results"
+        ;;
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
       bench-stencil2d) stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
       bench-stencil2d1) stage bench-stencil2d1 100 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;

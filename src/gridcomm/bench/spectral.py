@@ -59,7 +59,7 @@ def benchmark_spectral(
     transport: str = "auto",
     gpu: bool = False,
     graphs: bool | None = None,
-    fft_streams: int = 1,
+    fft_streams: int | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
     the matrix-product rate measured here and its share of it, the FFT phase's bandwidth (``fft_bytes`` per

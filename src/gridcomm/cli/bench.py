@@ -327,8 +327,8 @@ def bench_spectral(
         bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
     ] = True,
     fft_streams: Annotated[
-        int, typer.Option(help="With --gpu: streams the FFT row groups are spread over (experimental).")
-    ] = 1,
+        int | None, typer.Option(help="With --gpu: CUDA streams the row FFTs are spread over [default: 4].")
+    ] = None,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
     """Time per step of the spectral-transform dwarf and its split (Legendre, FFT, transposition), the

@@ -44,7 +44,7 @@ class DistributedTransform:
         xp: numpy, or cupy for arrays on this rank's current GPU (the Transposer then moves device arrays).
         graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
             transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
-        fft_streams: (CuPy) streams the FFT phases spread their row groups over (SpectralTransform).
+        fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank.
@@ -62,7 +62,7 @@ class DistributedTransform:
         transport: str = "auto",
         xp: Any = np,
         graphs: bool = False,
-        fft_streams: int = 1,
+        fft_streams: int | None = None,
     ) -> None:
         from ...transpose import Transposer
 
@@ -87,6 +87,7 @@ class DistributedTransform:
         self.grid, self.truncation, self.batch, self.xp = grid, t, batch, xp
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
         self.m_order = m_order
+        self.fft_streams = self.transform.fft_streams
         m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
         n_rows, mine = 2 * grid.N, len(self.wavenumbers)
         self.legendre_side = xp.zeros((batch, mine, n_rows), dtype=np.complex128)
@@ -253,14 +254,14 @@ def run_spectral(
     transport: str = "auto",
     gpu: bool = False,
     graphs: bool | None = None,
-    fft_streams: int = 1,
+    fft_streams: int | None = None,
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface
     field, distributed over the ranks of ``comm`` (collective). With ``gpu`` the arrays live on each rank's
     current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
     there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
-    phase as a CUDA graph, and ``fft_streams`` spreads the FFT row groups over that many streams
+    phase as a CUDA graph, and ``fft_streams`` spreads the row FFTs over that many streams
     (DistributedTransform).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
@@ -305,7 +306,7 @@ def run_spectral(
             "steps": steps,
             "gpu": gpu,
             "graphs": dist.captured,
-            "fft_streams": fft_streams,
+            "fft_streams": dist.fft_streams,
             "transport": dist.transport,
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,

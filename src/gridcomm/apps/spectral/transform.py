@@ -17,13 +17,13 @@ Each transform has two halves, so that a distributed transform can transpose in 
   one real matrix product. Wavenumbers of similar length T - m + 1 are bucketed, their tables zero-padded to
   the bucket's longest and stacked, so that each bucket is one batched matrix product (both parities);
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
-  length, the rows of one length batched (one strided view of the grid values holds their points).
-  A row of n points cannot hold m >= n / 2: those wavenumbers fold (alias) onto m mod n, which the octahedral
-  grid keeps exponentially small, as it must for T = N - 1.
+  length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
+  row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
+  (``fourier.py``: one fold and one pick launch on the GPU, one cuFFT call per row).
 
 Every index array is built once (``__init__``, or the first call with a new order of wavenumbers), on the
-device of ``xp``: a transform costs a few array operations per bucket and per row length, none per m or per
-row, which is what a GPU (about 10 us per launch) needs. NumPy and CuPy run the same code.
+device of ``xp``: a transform costs a few array operations per bucket and one FFT call per row, which on the
+GPU a CUDA graph replays. NumPy and CuPy run the same code but for the FFTs, fold and pick.
 
 The direct transform is the Gauss quadrature of the same sums (rows are Gaussian latitudes): exact up to that
 aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
@@ -31,16 +31,15 @@ aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...grids.octahedral import OctahedralGrid
+from .fourier import FoldingPlan, RowFFTs, RowGeometry, plan_folding
 from .legendre import legendre_functions
 
 #: The wavenumbers of a transform are cut into at most this many buckets of similar length T - m + 1, one
@@ -88,47 +87,6 @@ class _Bucket:
     weighted: Any
 
 
-@dataclass(frozen=True)
-class _RowGroup:
-    """Rows of one length n: ``rows`` their positions in the transform's rows, their points starting at point
-    ``first`` of the grid values, one row every ``spacing`` points; ``offset`` where their half spectra
-    (rows x (n/2 + 1)) start in the direct transform's flat buffer of spectra."""
-
-    length: int
-    rows: np.ndarray
-    first: int
-    spacing: int
-    offset: int
-
-    def points(self, as_strided: Any, values: Any) -> Any:
-        """The (batch, rows, n) strided view of these rows' points in ``values`` (batch, points), made by the
-        array module's ``as_strided``: one array operation reads or writes them all, with no index array."""
-        step = values.strides[1]
-        return as_strided(
-            values[:, self.first :],
-            shape=(values.shape[0], len(self.rows), self.length),
-            strides=(values.strides[0], self.spacing * step, step),
-        )
-
-
-@dataclass(frozen=True)
-class _FourierPlan:
-    """Index arrays of the Fourier half for one order of the wavenumbers along the m axis (M of them).
-
-    ``gathers[g]`` (terms, rows, n/2 + 1): for row group g, the flat positions in the (F_m, conj F_m, zero) array
-    (batch, 2M + 1, rows) of the terms that add up to each bin of each row's half spectrum (one term but for rows
-    that fold). ``conjugates``: whether any term is a conj F_m. ``picks`` (M, rows): the flat position in the buffer of
-    unscaled half spectra of the bin holding F_m on each row; ``factors`` (M, 2 rows): what the real and the
-    imaginary part picked there are multiplied by, 1 / n and +-1 / n (- where the bin holds conj F_m,
-    m mod n > n / 2).
-    """
-
-    gathers: list[Any]
-    conjugates: bool
-    picks: Any
-    factors: Any
-
-
 class SpectralTransform:
     """Spherical-harmonic transforms on the octahedral grid, for all or some wavenumbers and rows.
 
@@ -142,10 +100,9 @@ class SpectralTransform:
             and ``fourier_direct`` will be given (default 0..T): its index arrays are built here, those of any
             other order on first use.
         xp: the array module (numpy, or cupy for arrays on the GPU): every table and index array lives there.
-        fft_streams: (CuPy) CUDA streams the FFT half spreads its row groups over, forked from and joined back
-            to the caller's stream: small FFTs of different lengths then run side by side (in a captured CUDA
-            graph, as parallel branches). 1 (the default): all on the caller's stream. Experimental: not yet
-            measured on a GPU.
+        fft_streams: (CuPy) CUDA streams the row FFTs are spread over, forked from and joined back to the
+            caller's stream: small FFTs of different lengths then run side by side (in a captured CUDA graph, as
+            parallel branches). Default ``fourier.GPU_FFT_STREAMS`` (4); 1: all on the caller's stream.
 
     Arrays are batched on their first axis (fields times levels): coefficients (batch, ncoef) complex,
     grid values (batch, points of ``rows``) real, Fourier coefficients (batch, m, rows) complex.
@@ -162,7 +119,7 @@ class SpectralTransform:
         rows: Sequence[int] | np.ndarray | None = None,
         fourier_order: Sequence[int] | np.ndarray | None = None,
         xp: Any = np,
-        fft_streams: int = 1,
+        fft_streams: int | None = None,
     ) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         n = self.grid.N
@@ -179,13 +136,15 @@ class SpectralTransform:
         self.ncoef = int(np.sum(t - self.wavenumbers + 1))
         self.points = int(np.sum(self.grid.nlon[self.rows]))
         self._scratch_arrays: dict[str, Any] = {}
-        self._as_strided = importlib.import_module(f"{xp.__name__}.lib.stride_tricks").as_strided
-        if fft_streams < 1:
-            raise ValueError(f"fft_streams = {fft_streams}: give at least 1")
-        on_gpu = xp is not np and fft_streams > 1
-        self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(fft_streams)] if on_gpu else []
+        self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows]), xp, fft_streams)
+        self._fourier_plans: dict[bytes, FoldingPlan] = {}
         self._set_up_legendre()
-        self._set_up_fourier(self._fourier_wavenumbers(fourier_order))
+        self._fourier_plan(self._fourier_wavenumbers(fourier_order))
+
+    @property
+    def fft_streams(self) -> int:
+        """CUDA streams the row FFTs are spread over (1 on the host)."""
+        return self._row_ffts.streams
 
     # -- set-up ---------------------------------------------------------------------------------------------
 
@@ -227,33 +186,14 @@ class SpectralTransform:
         xp = self.xp
         return _Bucket(start, stop, xp.asarray(coefficients), xp.asarray(tables), xp.asarray(weighted))
 
-    def _set_up_fourier(self, order: np.ndarray) -> None:
-        """Rows grouped by length, where their points lie, and the index arrays for the wavenumbers ``order``."""
-        nlon = self.grid.nlon[self.rows]
-        starts = np.concatenate([[0], np.cumsum(nlon)]).astype(np.int64)
-        self._row_groups: list[_RowGroup] = []
-        offset = 0
-        for length in np.unique(nlon):
-            rows = np.flatnonzero(nlon == length)
-            # A length occurs at most twice on the octahedral grid (once per hemisphere), so the rows of one length
-            # are always equally spaced in the grid values: a strided view holds their points.
-            assert len(rows) <= 2, f"{len(rows)} rows of {length} points"
-            spacing = int(starts[rows[-1]] - starts[rows[0]]) if len(rows) == 2 else int(length)
-            self._row_groups.append(_RowGroup(int(length), rows, int(starts[rows[0]]), spacing, offset))
-            offset += len(rows) * (int(length) // 2 + 1)
-        self._spectra_size = offset
-        self._fourier_plans: dict[bytes, _FourierPlan] = {}
-        self._fourier_plan(order)
-        _keep_fft_plans(self.xp, 2 * len(self._row_groups))
-
-    def _fourier_plan(self, ms: np.ndarray) -> _FourierPlan:
-        """The index arrays for wavenumbers ``ms`` along the m axis, built on first use and kept."""
+    def _fourier_plan(self, ms: np.ndarray) -> FoldingPlan:
+        """The fold and pick index arrays for wavenumbers ``ms`` along the m axis, built on first use and kept."""
         key = ms.tobytes()
         plan = self._fourier_plans.get(key)
         if plan is None:
             if len(self._fourier_plans) >= _FOURIER_PLANS_KEPT:
                 del self._fourier_plans[next(iter(self._fourier_plans))]
-            plan = self._fourier_plans[key] = _plan_fourier(self._row_groups, ms, len(self.rows), self.xp)
+            plan = self._fourier_plans[key] = plan_folding(self._row_ffts.rows, ms, self.xp)
         return plan
 
     # -- Legendre half ----------------------------------------------------------------------------------------
@@ -329,24 +269,9 @@ class SpectralTransform:
                 f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(ms)}, {nrows}) "
                 f"for {len(ms)} wavenumbers on {nrows} rows"
             )
-        plan = self._fourier_plan(ms)
-        batch, count = f.shape[0], len(ms)
-        terms = self._scratch("terms", (batch, 2 * count + 1, nrows), np.complex128)  # F_m, conj F_m, zero
-        terms[:, :count] = f
-        if plan.conjugates:
-            xp.conjugate(terms[:, :count], out=terms[:, count : 2 * count])
-        terms[:, 2 * count] = 0.0
-        flat = terms.reshape(batch, -1)
-        values = xp.empty((batch, self.points), dtype=np.float64)
-        with self._fanned_out() as lane:
-            for k, (group, gather) in enumerate(zip(self._row_groups, plan.gathers, strict=True)):
-                with lane(k):
-                    # One gather per row length: small, contiguous arrays (the host's FFT is faster on them and
-                    # its allocator reuses them; one gather for all groups would page-fault a large fresh array).
-                    spectra = xp.take(flat, gather, axis=1)  # (batch, terms, rows, n/2 + 1)
-                    half = spectra[:, 0] if spectra.shape[1] == 1 else spectra.sum(axis=1)
-                    rows = xp.fft.irfft(half, n=group.length, axis=-1, norm="forward")  # (batch, rows, n)
-                    group.points(self._as_strided, values)[...] = rows
+        values = xp.empty((f.shape[0], self.points), dtype=np.float64)
+        spectra = self._scratch("spectra", (f.shape[0], self._row_ffts.rows.bins), np.complex128)
+        self._row_ffts.inverse(xp.ascontiguousarray(f, dtype=np.complex128), self._fourier_plan(ms), values, spectra)
         return values
 
     def fourier_direct(
@@ -363,44 +288,13 @@ class SpectralTransform:
                 f"grid values of shape {tuple(v.shape)}: expected (batch, {self.points}), the points of "
                 f"{len(self.rows)} rows of {self.grid.name}"
             )
-        plan = self._fourier_plan(ms)
         batch = v.shape[0]
-        spectra = self._scratch("spectra", (batch, self._spectra_size), np.complex128)
-        with self._fanned_out() as lane:
-            for k, group in enumerate(self._row_groups):
-                with lane(k):
-                    # Contiguous rows first: NumPy's FFT of a strided view is slower than the copy; CuPy copies.
-                    rows = xp.ascontiguousarray(group.points(self._as_strided, v))
-                    half = xp.fft.rfft(rows, axis=-1)  # (batch, rows, n/2 + 1), unscaled
-                    spectra[:, group.offset : group.offset + half[0].size] = half.reshape(batch, -1)
-        picked = xp.take(spectra, plan.picks, axis=1)  # (batch, m, rows)
+        spectra = self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
         shape = (batch, len(ms), len(self.rows))
         out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "fourier_direct")
-        # One pass scales by 1 / n and conjugates the bins past n/2: real and imaginary parts by their factors.
-        xp.multiply(picked.view(np.float64), plan.factors, out=out.view(np.float64))
+        v = xp.ascontiguousarray(v, dtype=np.float64)
+        self._row_ffts.direct(v, self._fourier_plan(ms), spectra, out)
         return out
-
-    @contextlib.contextmanager
-    def _fanned_out(self) -> Iterator[Callable[[int], Any]]:
-        """``lane(k)``: the context row group k's work runs in. Without lanes, the caller's stream; with them,
-        lane k mod L, forked from the caller's stream after everything enqueued so far and joined back to it
-        on exit (each group writes its own part of the output; temporaries stay on their lane's stream)."""
-        if not self._lanes:
-            yield lambda k: contextlib.nullcontext()
-            return
-        cuda = self.xp.cuda
-        caller = cuda.get_current_stream()
-        fork = cuda.Event(block=False, disable_timing=True)
-        fork.record(caller)
-        for lane in self._lanes:
-            lane.wait_event(fork)
-        try:
-            yield lambda k: self._lanes[k % len(self._lanes)]
-        finally:
-            for lane in self._lanes:
-                joined = cuda.Event(block=False, disable_timing=True)
-                joined.record(lane)
-                caller.wait_event(joined)
 
     # -- whole transforms -------------------------------------------------------------------------------------
 
@@ -458,63 +352,6 @@ def _bands(depths: np.ndarray, count: int) -> list[tuple[int, int]]:
     band = (int(depths[0]) - depths) // width
     cuts = np.flatnonzero(np.diff(band)) + 1
     return list(itertools.pairwise([0, *cuts.tolist(), len(depths)]))
-
-
-def _folding_table(ms: np.ndarray, length: int) -> np.ndarray:
-    """The terms adding up to each bin k = 0..n/2 of the half spectrum of a row of n = ``length`` points, as
-    (terms, n/2 + 1) positions in (F_m at 0..M-1, conj F_m at M..2M-1, a zero at 2M), M = len(ms).
-
-    The row's full spectrum holds F_m at bin m mod n and, for m > 0, conj F_m (the -m of a real field) at bin
-    -m mod n; irfft implies the bins past n/2 from those below. Every m < n/2 lands on its own bin below n/2
-    (one term per bin); larger m fold onto bins that other m hold too (several terms, the rest padded with the
-    zero).
-    """
-    count, half = len(ms), length // 2
-    position = np.arange(count)
-    direct, mirror = ms % length, (-ms) % length
-    own, conjugate = direct <= half, (ms > 0) & (mirror <= half)
-    bins = np.concatenate([direct[own], mirror[conjugate]])
-    terms = np.concatenate([position[own], position[conjugate] + count])
-    order = np.argsort(bins, kind="stable")
-    bins, terms = bins[order], terms[order]
-    rank = np.arange(len(bins)) - np.searchsorted(bins, bins)  # how many terms came before, on the same bin
-    table = np.full((int(rank.max(initial=0)) + 1, half + 1), 2 * count, dtype=np.int64)
-    table[rank, bins] = terms
-    return table
-
-
-def _plan_fourier(groups: list[_RowGroup], ms: np.ndarray, nrows: int, xp: Any) -> _FourierPlan:
-    """Build the Fourier half's index arrays (see _FourierPlan) for the wavenumbers ``ms`` on ``nrows`` rows."""
-    count = len(ms)
-    gathers, conjugates = [], False
-    picks = np.zeros((count, nrows), dtype=np.int64)
-    factors = np.zeros((count, nrows, 2))  # (real, imaginary) per m and row
-    for group in groups:
-        n, half = group.length, group.length // 2
-        table = _folding_table(ms, n)
-        conjugates = conjugates or bool(np.any((table >= count) & (table < 2 * count)))
-        # Flat position in the (batch, 2M + 1, rows) array of terms: term * rows + row.
-        gathers.append(xp.asarray(table[:, None, :] * nrows + group.rows[None, :, None]))
-        residue = ms % n
-        upper = residue > half  # bin n - residue holds conj F_m
-        bins = np.where(upper, n - residue, residue)
-        picks[:, group.rows] = group.offset + np.arange(len(group.rows)) * (half + 1) + bins[:, None]
-        factors[:, group.rows, 0] = 1.0 / n
-        factors[:, group.rows, 1] = np.where(upper, -1.0 / n, 1.0 / n)[:, None]
-    return _FourierPlan(gathers, conjugates, xp.asarray(picks), xp.asarray(factors.reshape(count, 2 * nrows)))
-
-
-def _keep_fft_plans(xp: Any, count: int) -> None:
-    """Let CuPy's cuFFT plan cache (16 plans by default) hold ``count`` more plans: one per row length and
-    direction, which the transform reuses every call; NumPy needs no plans."""
-    try:
-        config = importlib.import_module(f"{xp.__name__}.fft.config")
-    except ImportError:  # numpy
-        return
-    cache = config.get_plan_cache()
-    size = cache.get_size()
-    if size != -1 and size < count + 16:  # -1: unlimited
-        cache.set_size(count + 16)
 
 
 def _output(out: Any, shape: tuple[int, ...], what: str) -> Any:

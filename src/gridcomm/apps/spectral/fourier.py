@@ -1,0 +1,324 @@
+"""The Fourier half of the spherical-harmonic transform: per latitude row, between the Fourier coefficients F_m
+(batch, m, rows) and the grid values (batch, points), by a real FFT of the row's own length.
+
+The half spectra of all rows lie side by side in one (batch, bins) array, row r's n_r / 2 + 1 bins from
+``bin_offsets[r]``. A row of n points cannot hold m >= n / 2: those wavenumbers fold (alias) onto bin m mod n
+(or its mirror), which the octahedral grid keeps exponentially small, as it must for T = N - 1.
+
+- inverse: *fold* (each bin of each row is the sum of the F_m and conj F_m landing on it, a short list per bin:
+  ``FoldingPlan``), then per row an inverse real FFT from its bins straight into its points;
+- direct: per row a real FFT from its points into its bins, then *pick* (the bin holding each F_m on each row,
+  scaled by 1 / n and conjugated where it holds conj F_m).
+
+On the host, fold and pick are NumPy gathers and the FFTs ``numpy.fft``. On the GPU, fold and pick are one
+kernel launch each (``fourier.cu``), and each row is one cuFFT call that reads and writes the rows where they
+lie (its distance between fields is the points per field: no copy of the grid values), one plan per row length
+shared by the rows of that length. The rows are spread over a few CUDA streams: as parallel branches of a CUDA
+graph, the small FFTs of different lengths overlap. cuFFT per row length is what bounds the phase: on one H200
+(O640, batch 412, ``benchmarks/tune_fft.py``), cuFFT alone over the 640 row lengths took 15.5 ms per direction,
+16.5 % of the HBM copy bandwidth for the fewest bytes the phase must move.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+#: CUDA streams the GPU's row FFTs are spread over by default: on one H200 (O640, batch 412) one stream took
+#: 23.3 ms per direction and four 14.7 ms, as CUDA graph replays.
+GPU_FFT_STREAMS = 4
+SOURCE = "fourier.cu"
+THREADS = 256
+#: Plans kept per batch size seen (a transform usually sees one): cuFFT plans hold work areas on the device.
+_BATCHES_KEPT = 2
+
+
+@dataclass(frozen=True)
+class RowGeometry:
+    """Where each row lies: ``lengths`` (rows,) points, ``starts`` (rows,) its first point in the grid values,
+    ``bin_offsets`` (rows + 1,) its first bin in the half spectra; ``bins`` all bins together."""
+
+    lengths: np.ndarray
+    starts: np.ndarray
+    bin_offsets: np.ndarray
+
+    @classmethod
+    def of(cls, lengths: np.ndarray) -> RowGeometry:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        bin_offsets = np.concatenate([[0], np.cumsum(lengths // 2 + 1)]).astype(np.int64)
+        return cls(lengths, starts, bin_offsets)
+
+    @property
+    def bins(self) -> int:
+        return int(self.bin_offsets[-1])
+
+    @property
+    def points(self) -> int:
+        return int(np.sum(self.lengths))
+
+
+@dataclass(frozen=True)
+class FoldingPlan:
+    """The index arrays of both steps for one order of the M wavenumbers along the m axis.
+
+    Fold: bin j of the half spectra sums the terms ``codes[first[j]:first[j + 1]]`` (at least one each), a code
+    c meaning F_c for c < M, conj F_(c - M) for M <= c < 2M, and zero for c = 2M, all on row ``bin_row[j]``
+    (``flat_terms``: the same as positions in the host's (batch, (2M + 1) x rows) array of terms).
+    Pick: ``picks`` (M, rows) the bin holding F_m on each row; ``factors`` (M, 2 rows) what its real and
+    imaginary parts are multiplied by, 1 / n and +-1 / n (- where the bin holds conj F_m, m mod n > n / 2).
+    """
+
+    count: int
+    first: Any
+    codes: Any
+    bin_row: Any
+    flat_terms: Any
+    conjugates: bool
+    picks: Any
+    factors: Any
+
+
+def folding_table(ms: np.ndarray, length: int) -> list[np.ndarray]:
+    """The codes (see FoldingPlan) adding up to each bin k = 0..n/2 of a row of n = ``length`` points.
+
+    The row's full spectrum holds F_m at bin m mod n and, for m > 0, conj F_m (the -m of a real field) at bin
+    -m mod n; the inverse real FFT implies the bins past n/2 from those below. Every m < n/2 lands on its own
+    bin (one term); larger m fold onto bins that other m hold too (several terms); a bin no m reaches is zero.
+    """
+    count, half = len(ms), length // 2
+    position = np.arange(count)
+    direct, mirror = ms % length, (-ms) % length
+    own, conjugate = direct <= half, (ms > 0) & (mirror <= half)
+    bins = np.concatenate([direct[own], mirror[conjugate]])
+    codes = np.concatenate([position[own], position[conjugate] + count])
+    order = np.argsort(bins, kind="stable")
+    bins, codes = bins[order], codes[order]
+    split = np.searchsorted(bins, np.arange(half + 2))
+    zero = np.array([2 * count])
+    return [codes[a:b] if b > a else zero for a, b in itertools.pairwise(split)]
+
+
+def plan_folding(rows: RowGeometry, ms: np.ndarray, xp: Any) -> FoldingPlan:
+    """The fold and pick index arrays (FoldingPlan) for wavenumbers ``ms`` on ``rows``, on the device of ``xp``."""
+    count, nrows = len(ms), len(rows.lengths)
+    tables = {int(n): folding_table(ms, int(n)) for n in np.unique(rows.lengths)}
+    per_bin = [codes for n in rows.lengths for codes in tables[int(n)]]
+    sizes = np.array([len(c) for c in per_bin], dtype=np.int64)
+    first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    codes = np.concatenate(per_bin).astype(np.int64)
+    bin_row = np.repeat(np.arange(nrows), rows.lengths // 2 + 1)
+    picks = np.zeros((count, nrows), dtype=np.int64)
+    factors = np.zeros((count, nrows, 2))  # (real, imaginary) per m and row
+    for n in np.unique(rows.lengths):
+        on = np.flatnonzero(rows.lengths == n)
+        residue = ms % n
+        upper = residue > n // 2  # bin n - residue holds conj F_m
+        bins = np.where(upper, n - residue, residue)
+        picks[:, on] = rows.bin_offsets[on][None, :] + bins[:, None]
+        factors[:, on, 0] = 1.0 / n
+        factors[:, on, 1] = np.where(upper, -1.0 / n, 1.0 / n)[:, None]
+    on_gpu = xp is not np
+    return FoldingPlan(
+        count=count,
+        first=xp.asarray(first),
+        codes=xp.asarray(codes.astype(np.int32)) if on_gpu else None,
+        bin_row=xp.asarray(bin_row.astype(np.int32)) if on_gpu else None,
+        flat_terms=None if on_gpu else codes * nrows + np.repeat(bin_row, sizes),
+        conjugates=bool(np.any((codes >= count) & (codes < 2 * count))),
+        picks=xp.asarray(picks),
+        factors=xp.asarray(factors.reshape(count, 2 * nrows)),
+    )
+
+
+class RowFFTs:
+    """The Fourier half over ``rows`` for arrays of module ``xp``: fold, the row FFTs and pick (module doc).
+
+    Args:
+        rows: the rows' geometry.
+        xp: numpy or cupy.
+        streams: (CuPy) CUDA streams the row FFTs are spread over, forked from and joined back to the caller's
+            stream (default GPU_FFT_STREAMS); ignored on the host.
+    """
+
+    def __init__(self, rows: RowGeometry, xp: Any, streams: int | None = None) -> None:
+        self.rows, self.xp = rows, xp
+        self.on_gpu = xp is not np
+        streams = GPU_FFT_STREAMS if streams is None else int(streams)
+        if streams < 1:
+            raise ValueError(f"fft_streams = {streams}: give at least 1")
+        self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(streams)] if self.on_gpu and streams > 1 else []
+        self._plans: dict[int, dict[tuple[int, str], Any]] = {}  # batch -> (length, direction) -> cuFFT plan
+
+    @property
+    def streams(self) -> int:
+        return max(1, len(self._lanes))
+
+    # -- the two directions -----------------------------------------------------------------------------------
+
+    def inverse(self, fourier: Any, plan: FoldingPlan, values: Any, spectra: Any) -> None:
+        """(batch, M, rows) Fourier coefficients -> ``values`` (batch, points), through ``spectra`` (batch, bins)."""
+        self._fold(fourier, plan, spectra)
+        run = self._cufft_rows("inverse", fourier.shape[0], spectra, values) if self.on_gpu else None
+        with self._fanned_out() as lane:
+            for r, (n, start, offset) in enumerate(self._row_table):
+                with lane(r):
+                    if run is not None:
+                        run(n, offset, start)
+                    else:
+                        half = spectra[:, offset : offset + n // 2 + 1]
+                        values[:, start : start + n] = np.fft.irfft(half, n=n, axis=-1, norm="forward")
+
+    def direct(self, values: Any, plan: FoldingPlan, spectra: Any, out: Any) -> None:
+        """(batch, points) grid values -> ``out`` (batch, M, rows) Fourier coefficients, through ``spectra``."""
+        run = self._cufft_rows("direct", values.shape[0], values, spectra) if self.on_gpu else None
+        with self._fanned_out() as lane:
+            for r, (n, start, offset) in enumerate(self._row_table):
+                with lane(r):
+                    if run is not None:
+                        run(n, start, offset)
+                    else:
+                        spectra[:, offset : offset + n // 2 + 1] = np.fft.rfft(values[:, start : start + n], axis=-1)
+        self._pick(spectra, plan, out)
+
+    # -- fold and pick ----------------------------------------------------------------------------------------
+
+    def _fold(self, fourier: Any, plan: FoldingPlan, spectra: Any) -> None:
+        batch, count, nrows = fourier.shape
+        if self.on_gpu:
+            total = batch * self.rows.bins
+            _launch("gridcomm_fold", total, (
+                fourier, np.int32(count), np.int32(nrows), plan.bin_row, plan.first, plan.codes,
+                np.int64(self.rows.bins), np.int64(total), spectra,
+            ))  # fmt: skip
+            return
+        terms = np.empty((batch, 2 * count + 1, nrows), np.complex128)  # F_m, conj F_m, zero
+        terms[:, :count] = fourier
+        if plan.conjugates:
+            np.conjugate(fourier, out=terms[:, count : 2 * count])
+        terms[:, 2 * count] = 0.0
+        gathered = np.take(terms.reshape(batch, -1), plan.flat_terms, axis=1)
+        np.add.reduceat(gathered, plan.first[:-1], axis=1, out=spectra)
+
+    def _pick(self, spectra: Any, plan: FoldingPlan, out: Any) -> None:
+        if self.on_gpu:
+            total = out.size
+            _launch("gridcomm_pick", total, (
+                spectra, np.int64(self.rows.bins), plan.picks, plan.factors, np.int64(plan.picks.size),
+                np.int64(total), out,
+            ))  # fmt: skip
+            return
+        picked = np.take(spectra, plan.picks, axis=1)  # (batch, M, rows)
+        np.multiply(picked.view(np.float64), plan.factors, out=out.view(np.float64))
+
+    # -- row FFTs ---------------------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _row_table(self) -> list[tuple[int, int, int]]:
+        """(points, first point, first bin) of each row."""
+        r = self.rows
+        return list(zip(r.lengths.tolist(), r.starts.tolist(), r.bin_offsets[:-1].tolist(), strict=True))
+
+    def _cufft_rows(self, direction: str, batch: int, source: Any, target: Any) -> Callable[[int, int, int], None]:
+        """``run(n, source offset, target offset)``: the cuFFT call of one row of n points from ``source`` to
+        ``target`` (offsets in elements within a field), on the current stream. The row's plan reads and writes
+        the fields' rows where they lie: its distance between fields is each array's length per field."""
+        from cupy.cuda import cufft
+
+        plans = self._plans_for(batch)
+        inverse = direction == "inverse"
+        source_at, target_at = source.data.ptr, target.data.ptr
+        source_size, target_size = source.itemsize, target.itemsize
+        source_field, target_field = source.shape[1], target.shape[1]
+        sign = cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD
+
+        def run(n: int, source_offset: int, target_offset: int) -> None:
+            plan = plans.get((n, direction))
+            if plan is None:
+                plan = plans[n, direction] = _cufft_plan(n, inverse, batch, source_field, target_field)
+            plan.fft(_At(source_at + source_offset * source_size), _At(target_at + target_offset * target_size), sign)
+
+        return run
+
+    def _plans_for(self, batch: int) -> dict[tuple[int, str], Any]:
+        if batch not in self._plans:
+            if len(self._plans) >= _BATCHES_KEPT:
+                del self._plans[next(iter(self._plans))]
+            self._plans[batch] = {}
+        return self._plans[batch]
+
+    @contextlib.contextmanager
+    def _fanned_out(self) -> Iterator[Callable[[int], Any]]:
+        """``lane(k)``: the context row k's FFT runs in. Without lanes, the caller's stream; with them, lane
+        k mod L, forked from the caller's stream after everything enqueued so far and joined back to it on exit
+        (each row writes its own part of the output)."""
+        if not self._lanes:
+            yield lambda k: contextlib.nullcontext()
+            return
+        cuda = self.xp.cuda
+        caller = cuda.get_current_stream()
+        fork = cuda.Event(block=False, disable_timing=True)
+        fork.record(caller)
+        for lane in self._lanes:
+            lane.wait_event(fork)
+        try:
+            yield lambda k: self._lanes[k % len(self._lanes)]
+        finally:
+            for lane in self._lanes:
+                joined = cuda.Event(block=False, disable_timing=True)
+                joined.record(lane)
+                caller.wait_event(joined)
+
+
+class _At:
+    """What a cuFFT plan reads of an array: its device address (``.data.ptr``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, ptr: int) -> None:
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+
+def _cufft_plan(n: int, inverse: bool, batch: int, source_field: int, target_field: int) -> Any:
+    """A cuFFT plan of ``batch`` double-precision real transforms of length n (complex-to-real when ``inverse``),
+    unit strides, fields ``source_field`` and ``target_field`` elements apart in the source and the target."""
+    from cupy.cuda import cufft
+
+    bins = n // 2 + 1
+    kind, inembed, onembed = (cufft.CUFFT_Z2D, [bins], [n]) if inverse else (cufft.CUFFT_D2Z, [n], [bins])
+    return cufft.PlanNd([n], inembed, 1, source_field, onembed, 1, target_field, kind, batch, "C", -1, None)
+
+
+@functools.cache
+def _module(device: int) -> Any:
+    """fourier.cu compiled by NVRTC for GPU ``device`` (CuPy also caches the binary on disk)."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        source = resources.files(__package__).joinpath(SOURCE).read_text()
+        return cupy.RawModule(code=source, options=("-std=c++17",))
+
+
+def _launch(name: str, total: int, args: tuple[Any, ...]) -> None:
+    """Kernel ``name`` of fourier.cu over ``total`` elements (grid-stride loop) on the current stream."""
+    import cupy
+
+    if total == 0:
+        return
+    blocks = min(-(-total // THREADS), 32 * _multiprocessors(cupy.cuda.Device().id))
+    _module(cupy.cuda.Device().id).get_function(name)((blocks,), (THREADS,), args)
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
