@@ -7,6 +7,7 @@ on one GPU, with the share of the HBM copy bandwidth that the phase's fewest byt
 Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row + pick):
 
 - ``transform, k streams``: SpectralTransform.fourier_inverse / fourier_direct (apps/spectral/fourier.py);
+- ``fold alone``, ``pick alone``: the transform's two launches besides cuFFT;
 - ``cufft alone``: one batched cuFFT plan per row length over both rows of that length, from and to
   contiguous scratch, one stream: what the library's FFT calls alone cost.
 
@@ -17,6 +18,7 @@ apps/spectral/fourier.py comes from this run.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,12 @@ def measure(grid: OctahedralGrid, batch: int, hbm: float) -> list[dict[str, Any]
         transform = SpectralTransform(grid, xp=cupy, fft_streams=k)
         timed(f"transform, {k} streams, inverse", lambda tr=transform: tr.fourier_inverse(fourier))
         timed(f"transform, {k} streams, direct", lambda tr=transform: tr.fourier_direct(values))
+        if k == 1:  # the fold and the pick launches alone (one each per direction)
+            ffts, plan = transform._row_ffts, transform._fourier_plan(np.arange(t + 1))
+            spectra = cupy.empty((batch, ffts.rows.bins), np.complex128)
+            out = cupy.empty(fourier.shape, np.complex128)
+            timed("fold alone", functools.partial(ffts._fold, fourier, plan, spectra))
+            timed("pick alone", functools.partial(ffts._pick, spectra, plan, out))
         del transform
         cupy.get_default_memory_pool().free_all_blocks()
     alone = cufft_alone(grid, batch)

@@ -113,7 +113,7 @@ def test_tables_and_index_arrays_live_on_the_gpu(cupy):
     for bucket in device._buckets:
         assert all(isinstance(x, cupy.ndarray) for x in (bucket.coefficients, bucket.tables, bucket.weighted))
     for plan in device._fourier_plans.values():
-        arrays = (plan.first, plan.codes, plan.bin_row, plan.picks, plan.factors)
+        arrays = (plan.first, plan.codes, plan.picks, plan.factors)
         assert all(isinstance(x, cupy.ndarray) for x in arrays)
     a = cupy.asarray(random_coefficients(47, np.arange(48), 2))
     device.direct(device.inverse(a))

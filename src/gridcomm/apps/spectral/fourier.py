@@ -11,12 +11,13 @@ The half spectra of all rows lie side by side in one (batch, bins) array, row r'
   scaled by 1 / n and conjugated where it holds conj F_m).
 
 On the host, fold and pick are NumPy gathers and the FFTs ``numpy.fft``. On the GPU, fold and pick are one
-kernel launch each (``fourier.cu``), and each row is one cuFFT call that reads and writes the rows where they
-lie (its distance between fields is the points per field: no copy of the grid values), one plan per row length
-shared by the rows of that length. The rows are spread over a few CUDA streams: as parallel branches of a CUDA
-graph, the small FFTs of different lengths overlap. cuFFT per row length is what bounds the phase: on one H200
-(O640, batch 412, ``benchmarks/tune_fft.py``), cuFFT alone over the 640 row lengths took 15.5 ms per direction,
-16.5 % of the HBM copy bandwidth for the fewest bytes the phase must move.
+kernel launch each (``fourier.cu``, transposing through shared memory), and each row is one cuFFT call that
+reads and writes the rows where they lie (its distance between fields is the points per field: no copy of the
+grid values), one plan per row length shared by the rows of that length. The rows are spread over a few CUDA
+streams by length (rows sharing a plan share its work area, so they share a stream): as parallel branches of a
+CUDA graph, the small FFTs of different lengths overlap. cuFFT per row length is what bounds the phase: on one
+H200 (O640, batch 412, ``benchmarks/tune_fft.py``), cuFFT alone over the 640 row lengths took 15.5 ms per
+direction, 16.5 % of the HBM copy bandwidth for the fewest bytes the phase must move.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import numpy as np
 #: 23.3 ms per direction and four 14.7 ms, as CUDA graph replays.
 GPU_FFT_STREAMS = 4
 SOURCE = "fourier.cu"
-THREADS = 256
+TILE = 32  # fourier.cu's tile side
+THREADS = 256  # per block: 32 x 8
+BATCH_PER_BLOCK = 4  # fields a block does in turn (its index loads then hit L1)
 #: Plans kept per batch size seen (a transform usually sees one): cuFFT plans hold work areas on the device.
 _BATCHES_KEPT = 2
 
@@ -71,16 +74,16 @@ class FoldingPlan:
     """The index arrays of both steps for one order of the M wavenumbers along the m axis.
 
     Fold: bin j of the half spectra sums the terms ``codes[first[j]:first[j + 1]]`` (at least one each), a code
-    c meaning F_c for c < M, conj F_(c - M) for M <= c < 2M, and zero for c = 2M, all on row ``bin_row[j]``
-    (``flat_terms``: the same as positions in the host's (batch, (2M + 1) x rows) array of terms).
-    Pick: ``picks`` (M, rows) the bin holding F_m on each row; ``factors`` (M, 2 rows) what its real and
-    imaginary parts are multiplied by, 1 / n and +-1 / n (- where the bin holds conj F_m, m mod n > n / 2).
+    c meaning F_c for c < M, conj F_(c - M) for M <= c < 2M, and zero for c = 2M, all on the bin's row
+    (``flat_terms``, host only: the same as positions in the host's (batch, (2M + 1) x rows) array of terms).
+    Pick: ``picks`` the bin holding F_m on each row; ``factors`` what its real and imaginary parts are multiplied
+    by, 1 / n and +-1 / n (- where the bin holds conj F_m, m mod n > n / 2): on the host (M, rows) and
+    (M, 2 rows); on the GPU transposed, (rows, M) and (rows, 2M), as its kernel reads them.
     """
 
     count: int
     first: Any
     codes: Any
-    bin_row: Any
     flat_terms: Any
     conjugates: bool
     picks: Any
@@ -131,11 +134,14 @@ def plan_folding(rows: RowGeometry, ms: np.ndarray, xp: Any) -> FoldingPlan:
         count=count,
         first=xp.asarray(first),
         codes=xp.asarray(codes.astype(np.int32)) if on_gpu else None,
-        bin_row=xp.asarray(bin_row.astype(np.int32)) if on_gpu else None,
         flat_terms=None if on_gpu else codes * nrows + np.repeat(bin_row, sizes),
         conjugates=bool(np.any((codes >= count) & (codes < 2 * count))),
-        picks=xp.asarray(picks),
-        factors=xp.asarray(factors.reshape(count, 2 * nrows)),
+        picks=xp.asarray(np.ascontiguousarray(picks.T) if on_gpu else picks),
+        factors=xp.asarray(
+            np.ascontiguousarray(factors.swapaxes(0, 1)).reshape(nrows, 2 * count)
+            if on_gpu
+            else factors.reshape(count, 2 * nrows)
+        ),
     )
 
 
@@ -156,6 +162,9 @@ class RowFFTs:
         if streams < 1:
             raise ValueError(f"fft_streams = {streams}: give at least 1")
         self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(streams)] if self.on_gpu and streams > 1 else []
+        # Rows of one length share a cuFFT plan and its work area, so they share a lane (run one after another).
+        self._lane_of = np.unique(rows.lengths, return_inverse=True)[1].reshape(-1).tolist()
+        self._bin_offsets = xp.asarray(rows.bin_offsets) if self.on_gpu else None
         self._plans: dict[int, dict[tuple[int, str], Any]] = {}  # batch -> (length, direction) -> cuFFT plan
 
     @property
@@ -170,7 +179,7 @@ class RowFFTs:
         run = self._cufft_rows("inverse", fourier.shape[0], spectra, values) if self.on_gpu else None
         with self._fanned_out() as lane:
             for r, (n, start, offset) in enumerate(self._row_table):
-                with lane(r):
+                with lane(self._lane_of[r]):
                     if run is not None:
                         run(n, offset, start)
                     else:
@@ -182,7 +191,7 @@ class RowFFTs:
         run = self._cufft_rows("direct", values.shape[0], values, spectra) if self.on_gpu else None
         with self._fanned_out() as lane:
             for r, (n, start, offset) in enumerate(self._row_table):
-                with lane(r):
+                with lane(self._lane_of[r]):
                     if run is not None:
                         run(n, start, offset)
                     else:
@@ -194,10 +203,10 @@ class RowFFTs:
     def _fold(self, fourier: Any, plan: FoldingPlan, spectra: Any) -> None:
         batch, count, nrows = fourier.shape
         if self.on_gpu:
-            total = batch * self.rows.bins
-            _launch("gridcomm_fold", total, (
-                fourier, np.int32(count), np.int32(nrows), plan.bin_row, plan.first, plan.codes,
-                np.int64(self.rows.bins), np.int64(total), spectra,
+            widest = int(np.max(self.rows.lengths, initial=0)) // 2 + 1
+            _launch_tiles("gridcomm_fold", widest, nrows, batch, (
+                fourier, np.int32(count), np.int32(nrows), np.int32(batch), np.int32(BATCH_PER_BLOCK),
+                self._bin_offsets, plan.first, plan.codes, np.int64(self.rows.bins), spectra,
             ))  # fmt: skip
             return
         terms = np.empty((batch, 2 * count + 1, nrows), np.complex128)  # F_m, conj F_m, zero
@@ -210,10 +219,10 @@ class RowFFTs:
 
     def _pick(self, spectra: Any, plan: FoldingPlan, out: Any) -> None:
         if self.on_gpu:
-            total = out.size
-            _launch("gridcomm_pick", total, (
-                spectra, np.int64(self.rows.bins), plan.picks, plan.factors, np.int64(plan.picks.size),
-                np.int64(total), out,
+            batch, count, nrows = out.shape
+            _launch_tiles("gridcomm_pick", count, nrows, batch, (
+                spectra, np.int64(self.rows.bins), plan.picks, plan.factors, np.int32(count), np.int32(nrows),
+                np.int32(batch), np.int32(BATCH_PER_BLOCK), out,
             ))  # fmt: skip
             return
         picked = np.take(spectra, plan.picks, axis=1)  # (batch, M, rows)
@@ -307,18 +316,12 @@ def _module(device: int) -> Any:
         return cupy.RawModule(code=source, options=("-std=c++17",))
 
 
-def _launch(name: str, total: int, args: tuple[Any, ...]) -> None:
-    """Kernel ``name`` of fourier.cu over ``total`` elements (grid-stride loop) on the current stream."""
+def _launch_tiles(name: str, across: int, rows: int, batch: int, args: tuple[Any, ...]) -> None:
+    """Kernel ``name`` of fourier.cu on the current stream: one block per 32 x 32 tile of ``across`` (bins or
+    wavenumbers) by ``rows``, and per BATCH_PER_BLOCK fields."""
     import cupy
 
-    if total == 0:
+    if across == 0 or rows == 0 or batch == 0:
         return
-    blocks = min(-(-total // THREADS), 32 * _multiprocessors(cupy.cuda.Device().id))
-    _module(cupy.cuda.Device().id).get_function(name)((blocks,), (THREADS,), args)
-
-
-@functools.cache
-def _multiprocessors(device: int) -> int:
-    import cupy
-
-    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
+    grid = (-(-across // TILE), -(-rows // TILE), -(-batch // BATCH_PER_BLOCK))
+    _module(cupy.cuda.Device().id).get_function(name)(grid, (TILE, THREADS // TILE), args)
