@@ -55,6 +55,7 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
           $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py 2>/dev/null)
         ;;
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ;;
+      tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
