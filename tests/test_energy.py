@@ -64,3 +64,11 @@ def test_without_a_gpu_the_meter_says_why():
     else:  # a GPU machine: a figure, over this rank's one GPU
         assert result.gpus == 1 and result.joules >= 0
     assert set(result.as_dict()) == {"joules", "seconds", "watts", "gpus", "why"}
+
+
+def test_a_region_shorter_than_the_counters_update_makes_no_figure(monkeypatch):
+    meter = meter_with_counter(monkeypatch, [], start_mj=5000, end_mj=5000)
+    with meter:
+        pass
+    assert meter.result.joules is None and meter.result.per(10) is None
+    assert "did not advance" in meter.result.why

@@ -87,6 +87,9 @@ class EnergyMeter:
             if gpu is not None and used is not None:
                 per_gpu[gpu] = max(per_gpu.get(gpu, 0), used)  # ranks sharing a GPU read the same counter
         slowest = max(s for _, _, s, _ in everyone)
+        if not why and any(used <= 0 for used in per_gpu.values()):
+            # The driver refreshes the counter every few tens of ms: a shorter region reads as no energy at all.
+            why = f"NVML's energy counter did not advance in {slowest:.3f} s: time a longer region (more steps)"
         joules = None if why else sum(per_gpu.values()) / 1000.0
         self.result = Energy(joules, slowest, len(per_gpu), why)
 
