@@ -176,27 +176,21 @@ class RowFFTs:
     def inverse(self, fourier: Any, plan: FoldingPlan, values: Any, spectra: Any) -> None:
         """(batch, M, rows) Fourier coefficients -> ``values`` (batch, points), through ``spectra`` (batch, bins)."""
         self._fold(fourier, plan, spectra)
-        run = self._cufft_rows("inverse", fourier.shape[0], spectra, values) if self.on_gpu else None
-        with self._fanned_out() as lane:
-            for r, (n, start, offset) in enumerate(self._row_table):
-                with lane(self._lane_of[r]):
-                    if run is not None:
-                        run(n, offset, start)
-                    else:
-                        half = spectra[:, offset : offset + n // 2 + 1]
-                        values[:, start : start + n] = np.fft.irfft(half, n=n, axis=-1, norm="forward")
+        self._each_row("inverse", spectra, values)
 
     def direct(self, values: Any, plan: FoldingPlan, spectra: Any, out: Any) -> None:
         """(batch, points) grid values -> ``out`` (batch, M, rows) Fourier coefficients, through ``spectra``."""
-        run = self._cufft_rows("direct", values.shape[0], values, spectra) if self.on_gpu else None
+        self._each_row("direct", values, spectra)
+        self._pick(spectra, plan, out)
+
+    def _each_row(self, direction: str, source: Any, target: Any) -> None:
+        """Every row's FFT from ``source`` to ``target`` (inverse: bins to points; direct: points to bins)."""
+        run = (self._cufft_rows if self.on_gpu else self._numpy_rows)(direction, source, target)
+        inverse = direction == "inverse"
         with self._fanned_out() as lane:
             for r, (n, start, offset) in enumerate(self._row_table):
                 with lane(self._lane_of[r]):
-                    if run is not None:
-                        run(n, start, offset)
-                    else:
-                        spectra[:, offset : offset + n // 2 + 1] = np.fft.rfft(values[:, start : start + n], axis=-1)
-        self._pick(spectra, plan, out)
+                    run(n, *((offset, start) if inverse else (start, offset)))
 
     # -- fold and pick ----------------------------------------------------------------------------------------
 
@@ -236,12 +230,26 @@ class RowFFTs:
         r = self.rows
         return list(zip(r.lengths.tolist(), r.starts.tolist(), r.bin_offsets[:-1].tolist(), strict=True))
 
-    def _cufft_rows(self, direction: str, batch: int, source: Any, target: Any) -> Callable[[int, int, int], None]:
+    @staticmethod
+    def _numpy_rows(direction: str, source: Any, target: Any) -> Callable[[int, int, int], None]:
+        """``run(n, source offset, target offset)``: one row's FFT by numpy.fft (offsets within a field)."""
+
+        def inverse(n: int, bins: int, points: int) -> None:
+            half = source[:, bins : bins + n // 2 + 1]
+            target[:, points : points + n] = np.fft.irfft(half, n=n, axis=-1, norm="forward")
+
+        def direct(n: int, points: int, bins: int) -> None:
+            target[:, bins : bins + n // 2 + 1] = np.fft.rfft(source[:, points : points + n], axis=-1)
+
+        return inverse if direction == "inverse" else direct
+
+    def _cufft_rows(self, direction: str, source: Any, target: Any) -> Callable[[int, int, int], None]:
         """``run(n, source offset, target offset)``: the cuFFT call of one row of n points from ``source`` to
         ``target`` (offsets in elements within a field), on the current stream. The row's plan reads and writes
         the fields' rows where they lie: its distance between fields is each array's length per field."""
         from cupy.cuda import cufft
 
+        batch = source.shape[0]
         plans = self._plans_for(batch)
         inverse = direction == "inverse"
         source_at, target_at = source.data.ptr, target.data.ptr
