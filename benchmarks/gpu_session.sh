@@ -69,7 +69,7 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       bench-spectral1)  # one GPU: the seed's grids, and TCo639 as the seed ran it
         stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 --out "$dir/results"
         stage bench-tco639-1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O640 --levels 137 --fields 3 \
-          --steps 3 --out "$dir/results"
+          --steps 20 --out "$dir/results"  # 20 steps: 1.6 s, long enough for the energy counter
         ;;
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
       bench-stencil2d) stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
