@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from importlib import resources
 from typing import Any
 
 from .arrays import cupy_or_none
@@ -71,3 +73,19 @@ def nccl_communicator(comm: Communicator) -> Any:
         uid = comm.mpi.bcast(uid, root=0)
         comm.facts["nccl"] = nccl.NcclCommunicator(comm.size, uid, comm.rank)
     return comm.facts["nccl"]
+
+
+def package_kernel(package: str, source: str, name: str, options: tuple[str, ...] = ("-std=c++17",)) -> Any:
+    """Kernel ``name`` of the CUDA file ``source`` (package data of ``package``) on the current GPU, compiled by
+    NVRTC with ``options`` once per GPU (CuPy also caches the binary on disk)."""
+    import cupy
+
+    return _package_module(package, source, options, cupy.cuda.Device().id).get_function(name)
+
+
+@functools.cache
+def _package_module(package: str, source: str, options: tuple[str, ...], device: int) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.RawModule(code=resources.files(package).joinpath(source).read_text(), options=options)

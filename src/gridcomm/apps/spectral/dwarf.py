@@ -87,7 +87,6 @@ class DistributedTransform:
         self.grid, self.truncation, self.batch, self.xp = grid, t, batch, xp
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
         self.m_order = m_order
-        self.fft_streams = self.transform.fft_streams
         m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
         n_rows, mine = 2 * grid.N, len(self.wavenumbers)
         self.legendre_side = xp.zeros((batch, mine, n_rows), dtype=np.complex128)
@@ -306,7 +305,7 @@ def run_spectral(
             "steps": steps,
             "gpu": gpu,
             "graphs": dist.captured,
-            "fft_streams": dist.fft_streams,
+            "fft_streams": dist.transform.fft_streams,
             "transport": dist.transport,
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,

@@ -28,10 +28,11 @@ import itertools
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
+
+from ...gpu import package_kernel
 
 #: CUDA streams the GPU's row FFTs are spread over by default: on one H200 (O640, batch 412) one stream took
 #: 23.3 ms per direction and four 14.7 ms, as CUDA graph replays.
@@ -64,10 +65,6 @@ class RowGeometry:
     def bins(self) -> int:
         return int(self.bin_offsets[-1])
 
-    @property
-    def points(self) -> int:
-        return int(np.sum(self.lengths))
-
 
 @dataclass(frozen=True)
 class FoldingPlan:
@@ -81,7 +78,6 @@ class FoldingPlan:
     (M, 2 rows); on the GPU transposed, (rows, M) and (rows, 2M), as its kernel reads them.
     """
 
-    count: int
     first: Any
     codes: Any
     flat_terms: Any
@@ -131,7 +127,6 @@ def plan_folding(rows: RowGeometry, ms: np.ndarray, xp: Any) -> FoldingPlan:
         factors[:, on, 1] = np.where(upper, -1.0 / n, 1.0 / n)[:, None]
     on_gpu = xp is not np
     return FoldingPlan(
-        count=count,
         first=xp.asarray(first),
         codes=xp.asarray(codes.astype(np.int32)) if on_gpu else None,
         flat_terms=None if on_gpu else codes * nrows + np.repeat(bin_row, sizes),
@@ -165,6 +160,7 @@ class RowFFTs:
         # Rows of one length share a cuFFT plan and its work area, so they share a lane (run one after another).
         self._lane_of = np.unique(rows.lengths, return_inverse=True)[1].reshape(-1).tolist()
         self._bin_offsets = xp.asarray(rows.bin_offsets) if self.on_gpu else None
+        self._widest_bins = int(np.max(rows.lengths, initial=0)) // 2 + 1  # the fold kernel's tiles span these
         self._plans: dict[int, dict[tuple[int, str], Any]] = {}  # batch -> (length, direction) -> cuFFT plan
 
     @property
@@ -197,8 +193,7 @@ class RowFFTs:
     def _fold(self, fourier: Any, plan: FoldingPlan, spectra: Any) -> None:
         batch, count, nrows = fourier.shape
         if self.on_gpu:
-            widest = int(np.max(self.rows.lengths, initial=0)) // 2 + 1
-            _launch_tiles("gridcomm_fold", widest, nrows, batch, (
+            _launch_tiles("gridcomm_fold", self._widest_bins, nrows, batch, (
                 fourier, np.int32(count), np.int32(nrows), np.int32(batch), np.int32(BATCH_PER_BLOCK),
                 self._bin_offsets, plan.first, plan.codes, np.int64(self.rows.bins), spectra,
             ))  # fmt: skip
@@ -314,22 +309,10 @@ def _cufft_plan(n: int, inverse: bool, batch: int, source_field: int, target_fie
     return cufft.PlanNd([n], inembed, 1, source_field, onembed, 1, target_field, kind, batch, "C", -1, None)
 
 
-@functools.cache
-def _module(device: int) -> Any:
-    """fourier.cu compiled by NVRTC for GPU ``device`` (CuPy also caches the binary on disk)."""
-    import cupy
-
-    with cupy.cuda.Device(device):
-        source = resources.files(__package__).joinpath(SOURCE).read_text()
-        return cupy.RawModule(code=source, options=("-std=c++17",))
-
-
 def _launch_tiles(name: str, across: int, rows: int, batch: int, args: tuple[Any, ...]) -> None:
     """Kernel ``name`` of fourier.cu on the current stream: one block per 32 x 32 tile of ``across`` (bins or
     wavenumbers) by ``rows``, and per BATCH_PER_BLOCK fields."""
-    import cupy
-
     if across == 0 or rows == 0 or batch == 0:
         return
     grid = (-(-across // TILE), -(-rows // TILE), -(-batch // BATCH_PER_BLOCK))
-    _module(cupy.cuda.Device().id).get_function(name)(grid, (TILE, THREADS // TILE), args)
+    package_kernel(__package__, SOURCE, name)(grid, (TILE, THREADS // TILE), args)

@@ -6,14 +6,13 @@ boundary strips) is one launch per rectangle, with the launch geometry and argum
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
+from ...gpu import package_kernel
 from .numpy_kernel import fifth_of
 from .regions import Rect
 
@@ -25,25 +24,9 @@ THREADS = 256  # per block
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y; the kernel strides over rows beyond it
 
 
-def kernel_source() -> str:
-    """The text of jacobi2d.cu (package data beside this module)."""
-    return resources.files(__package__).joinpath(SOURCE).read_text()
-
-
-@functools.cache
-def _module(device: int) -> Any:
-    """The compiled module on GPU ``device`` (CuPy also caches the compiled binary on disk)."""
-    import cupy
-
-    with cupy.cuda.Device(device):
-        return cupy.RawModule(code=kernel_source(), options=OPTIONS)
-
-
 def jacobi_function(dtype: np.dtype) -> Any:
     """The kernel for ``dtype`` (float64 or float32) on the current GPU."""
-    import cupy
-
-    return _module(cupy.cuda.Device().id).get_function(KERNELS[np.dtype(dtype)])
+    return package_kernel(__package__, SOURCE, KERNELS[np.dtype(dtype)], OPTIONS)
 
 
 def _pow2_at_least(n: int) -> int:
