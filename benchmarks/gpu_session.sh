@@ -52,7 +52,23 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       tests)
         # shellcheck disable=SC2046  # the existing files, one word each
         stage tests 480 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 -p no:cacheprovider \
-          $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py 2>/dev/null)
+          $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py tests/test_mpdata_gpu.py 2>/dev/null)
+        ;;
+      tests-mpdata)  # MPDATA's GPU suite only
+        stage tests-mpdata 400 $py -m pytest -m gpu -q -rs --timeout=380 -p no:cacheprovider tests/test_mpdata_gpu.py
+        ;;
+      tune-mpdata) stage tune-mpdata 300 $py benchmarks/tune_mpdata.py --grid O1280 --levels 32,128 --out "$dir/results" ;;
+      profile-mpdata)  # the four kernels of one step under Nsight Compute (clocks left alone)
+        stage profile-mpdata 200 ncu --clock-control none --kernel-name regex:gridcomm_mpdata --launch-skip 4 \
+          --launch-count 4 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+          --section LaunchStats $py benchmarks/profile_mpdata.py O320 32
+        ;;
+      bench-mpdata1)  # one GPU: the seed's Figures 16-19 cases, every transport beside no exchange
+        stage bench-mpdata1 420 $py -m gridcomm bench mpdata --gpu --np 1 --grids O640,O1024,O1280 --out "$dir/results"
+        ;;
+      bench-mpdata)  # every GPU: O1280 over the GPU transports, drawn beside the 1-GPU run when one is there
+        stage bench-mpdata 420 $py -m gridcomm bench mpdata --gpu --np "$ngpu" --grids O1280 \
+          $(ls "$dir"/results/mpdata-gpu-1r-*.json 2>/dev/null | head -1 | sed 's/^/--with /') --out "$dir/results"
         ;;
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ;;
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;

@@ -148,7 +148,10 @@ class ThreadExchange:
                 src = np.searchsorted(world["locals"][q].owned_ids, local.halo_ids[rows])
                 self.sources.append((q, local.n_owned + rows, src))
 
-    def exchange(self) -> None:
+    def start(self, stream: object = None) -> ThreadExchange:
+        return self
+
+    def wait(self) -> None:
         self.world["barrier"].wait()
         for k, field in enumerate(self.fields):
             for q, rows, src in self.sources:

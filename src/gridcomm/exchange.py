@@ -39,6 +39,29 @@ def check_same_transport(asked: Sequence[Any]) -> None:
         )
 
 
+class NoExchange:
+    """Stands in for an exchanger where no halo is exchanged (one part with no halo, or a benchmark's
+    compute-only ceiling): every call returns at once."""
+
+    transport = None
+    bytes_per_exchange = (0, 0)
+
+    def start(self, stream: Any = None) -> NoExchange:
+        return self
+
+    def wait(self) -> None:
+        pass
+
+    def exchange(self) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class ExchangeHandle:
     """An exchange in flight: ``wait()`` completes it (received data is in place when it returns)."""
 

@@ -268,21 +268,44 @@ def bench_stencil2d(
 @bench_app.command("mpdata")
 def bench_mpdata(
     nprocs: NpOption = 4,
-    grids: Annotated[str, typer.Option(help="Octahedral grids, comma-separated (O24,O48,...).")] = "O24,O48,O96",
-    levels: Annotated[str, typer.Option(help="Vertical level counts, comma-separated.")] = "1,16",
-    steps: Annotated[int, typer.Option(help="Timed steps per case (median reported).")] = 20,
+    grids: Annotated[
+        str | None, typer.Option(help="Octahedral grids, comma-separated [O24,O48,O96; --gpu: O640,O1024,O1280].")
+    ] = None,
+    levels: Annotated[
+        str | None, typer.Option(help="Vertical level counts, comma-separated [1,16; --gpu: 32].")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="CPU: timed steps per case (median reported).")] = 20,
+    gpu: GpuOption = False,
+    transports: Annotated[
+        str, typer.Option(help="With --gpu: none (one rank), host (the seed's baseline), auto or gridcomm transports.")
+    ] = ",".join(("none", "ipc", "nccl", "staged", "host")),
+    compare: Annotated[
+        list[Path] | None, typer.Option("--with", help="With --gpu: earlier result files drawn beside this run.")
+    ] = None,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
-    """Time per MPDATA step (diagonal flow, FCT) and the share spent in its two halo exchanges."""
+    """Time per MPDATA step (diagonal flow, FCT). CPU: the share spent in its two halo exchanges. GPU: per
+    transport, graphs where the transport allows, energy per step, the step over the no-exchange step, and
+    each kernel's bandwidth beside the HBM copy bandwidth measured in the same run."""
     ranks_or_relaunch(nprocs)
-    from ..apps.mpdata import benchmark_mpdata
-    from ..bench.machine import machine_info
-    from ..bench.results import write_results
     from ..comm import Communicator
 
     comm = Communicator()
-    grid_list = name_list(grids, "--grids")
-    todo = [(g, n) for g in grid_list for n in int_list(levels, "--levels")]
+    grid_list = name_list(grids or ("O640,O1024,O1280" if gpu else "O24,O48,O96"), "--grids")
+    level_list = int_list(levels or ("32" if gpu else "1,16"), "--levels")
+    if gpu:
+        _bench_mpdata_gpu(comm, grid_list, level_list, name_list(transports, "--transports"), compare or [], out)
+    else:
+        _bench_mpdata_cpu(comm, grid_list, level_list, steps, out)
+    comm.close()
+
+
+def _bench_mpdata_cpu(comm: Any, grid_list: list[str], level_list: list[int], steps: int, out: Path) -> None:
+    from ..apps.mpdata import benchmark_mpdata
+    from ..bench.machine import machine_info
+    from ..bench.results import write_results
+
+    todo = [(g, n) for g in grid_list for n in level_list]
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("MPDATA cases", total=len(todo))
@@ -290,7 +313,7 @@ def bench_mpdata(
             rows.append(benchmark_mpdata(comm, grid, levels=nlev, steps=steps))
             bar.advance(task)
     if comm.rank == 0:
-        config = {"grids": grid_list, "levels": sorted({n for _, n in todo}), "steps": steps, "alpha": "pi/4"}
+        config = {"grids": grid_list, "levels": sorted(level_list), "steps": steps, "alpha": "pi/4"}
         path = write_results(out, "mpdata", machine_info(comm.size), config, rows)
         body = [
             [
@@ -309,7 +332,95 @@ def bench_mpdata(
         columns = ["grid", "nodes", "levels", "step (ms)", "min (ms)", "exchanges (ms)", "share", "Mupd/s", "halo"]
         console.print(table(f"MPDATA step on {comm.size} rank(s) (median, slowest rank)", columns, body))
         console.print(f"results: {path}")
-    comm.close()
+
+
+#: The seed's MPDATA on one V100 (1024 case): the step without and with its halo exchange, host-staged, and its
+#: energy per step on 1 to 8 GPUs.
+SEED_MPDATA = {"no_exchange_s": 0.0214, "exchange_s": 0.0216, "host_staged_s": 0.0835, "joules_per_step": (4.0, 5.0)}
+
+
+def _bench_mpdata_gpu(
+    comm: Any, grid_list: list[str], level_list: list[int], transport_list: list[str], compare: list[Path], out: Path
+) -> None:
+    import json
+
+    from ..bench.ceilings import hbm_copy_gbps
+    from ..bench.machine import machine_info
+    from ..bench.mpdata import benchmark_case, mark_overheads
+    from ..bench.mpdata_plot import plot_mpdata
+    from ..bench.results import write_results
+    from ..gpu import gpus_in_use, use_local_gpu
+    from ..grids.mesh import MedianDualMesh
+
+    use_local_gpu(comm)
+    gpus = gpus_in_use(comm)
+    if comm.size > 1 and "none" in transport_list:
+        transport_list = [t for t in transport_list if t != "none"]  # halos must move on several ranks
+    hbm = hbm_copy_gbps(comm)
+    rows = []
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task("MPDATA cases (GPU)", total=len(grid_list) * len(level_list) * len(transport_list))
+        for grid in grid_list:
+            bar.update(task, description=f"MPDATA: building the {grid} mesh")
+            mesh = MedianDualMesh(grid)
+            for nlev in level_list:
+                for k, transport in enumerate(transport_list):
+                    bar.update(task, description=f"MPDATA {grid}, {nlev} levels, {transport}")
+                    row = benchmark_case(comm, mesh, transport, levels=nlev, hbm=hbm, gpus=gpus, kernels=k == 0)
+                    rows.append(row)
+                    bar.advance(task)
+            del mesh
+    mark_overheads(rows)
+    if comm.rank != 0:
+        return
+    machine = machine_info(comm.size, gpus_used=gpus)
+    config = {"grids": grid_list, "levels": level_list, "transports": transport_list, "alpha": "pi/4", "fct": True,
+              "seed": SEED_MPDATA}  # fmt: skip
+    path = write_results(out, "mpdata", machine, config, rows)
+    payloads = [{"machine": machine, "config": config, "results": rows}]
+    payloads += [json.loads(Path(p).read_text()) for p in compare]
+    png = plot_mpdata(payloads, path.with_suffix(".png"))
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1e3:.2f}"
+
+    body = [
+        [
+            r["grid"],
+            str(r["levels"]),
+            r["transport"]
+            if r["transport_used"] in (r["transport"], "none")
+            else f"{r['transport']} ({r['transport_used']})",
+            "yes" if r["graphs"] else "no",
+            ms(r["time_per_step_s"]),
+            "-" if r["over_no_exchange"] is None else f"{r['over_no_exchange']:.3f}x",
+            "-" if r["step_share_of_hbm"] is None else f"{100 * r['step_share_of_hbm']:.0f} %",
+            "-" if r["joules_per_step"] is None else f"{r['joules_per_step']:.2f}",
+            "-" if r["watts"] is None else f"{r['watts']:.0f}",
+            "yes" if r["checksums_agree"] else "[bold red]NO[/]",
+        ]
+        for r in rows
+    ]
+    columns = ["grid", "levels", "transport", "graph", "step (ms)", "over no exch.", "step / HBM", "J/step", "W",
+               "same result"]  # fmt: skip
+    console.print(table(f"MPDATA step on {comm.size} rank(s), {gpus} GPU(s); HBM copy {hbm:.0f} GB/s", columns, body))
+    kernels = [(r["grid"], r["levels"], k) for r in rows for k in r["kernels"]]
+    body = [
+        [g, str(n), k["kernel"], f"{k['time_s'] * 1e3:.3f}", f"{100 * k['share_of_step']:.0f} %", f"{k['GBps']:.0f}",
+         f"{100 * k['share_of_hbm']:.0f} %"]
+        for g, n, k in kernels
+    ]  # fmt: skip
+    columns = ["grid", "levels", "kernel", "time (ms)", "of step", "GB/s (fewest bytes)", "of HBM copy"]
+    console.print(table("MPDATA kernels, each timed alone", columns, body))
+    seed = SEED_MPDATA
+    console.print(
+        f"seed (one V100, its 1024 case, level count not stated): {seed['no_exchange_s'] * 1e3:.1f} ms without "
+        f"exchange, {seed['exchange_s'] * 1e3:.1f} ms with its GPU exchange, {seed['host_staged_s'] * 1e3:.1f} ms "
+        f"host-staged; {seed['joules_per_step'][0]:g}-{seed['joules_per_step'][1]:g} J per step on 1-8 GPUs"
+    )
+    console.print(f"results: {path}\nplot:    {png}")
+    if not all(r["checksums_agree"] for r in rows):
+        raise typer.Exit(1)
 
 
 @bench_app.command("spectral")

@@ -4,14 +4,15 @@ one rank or many (two halo exchanges per step), with Williamson's cosine-bell te
 from .cfl import COURANT_LIMIT, check_cfl, courant_numbers, dt_for_courant, max_courant
 from .driver import Setup, benchmark_mpdata, run_mpdata, setup_mpdata
 from .plot import plot_tracer
-from .scheme import Mpdata, NoExchange
+from .scheme import Mpdata
+from .tables import MeshTables, node_edge_table
 from .testcase import CosineBell, error_norms, total_mass
 
 __all__ = [
     "COURANT_LIMIT",
     "CosineBell",
+    "MeshTables",
     "Mpdata",
-    "NoExchange",
     "Setup",
     "benchmark_mpdata",
     "check_cfl",
@@ -19,6 +20,7 @@ __all__ = [
     "dt_for_courant",
     "error_norms",
     "max_courant",
+    "node_edge_table",
     "plot_tracer",
     "run_mpdata",
     "setup_mpdata",

@@ -47,14 +47,29 @@ def setup_mpdata(
     fct: bool = True,
     iterations: int = 1,
     owner: np.ndarray | None = None,
+    xp: Any = np,
+    transport: Any = "auto",
+    graphs: bool = False,
+    levels_per_thread: int | None = None,
 ) -> Setup:
     """Build the mesh, partition it over ``comm`` (equal regions unless ``owner`` is given), and make this
     rank's solver, its tracer set to the cosine bell on every level (collective when ``comm`` is given).
 
     ``dt`` (s) if given, else the time step of Courant number ``courant``; ``check_cfl`` raises ValueError
     when it exceeds the limit. ``period_s`` overrides the 12-day revolution (for tests).
+
+    On the GPU (``xp=cupy``; one rank per GPU, chosen from the local rank) ``transport`` picks the halo
+    exchange: ``"auto"`` or a gridcomm transport name (ipc, nccl, staged, mpi), ``"host"`` for the baseline
+    of whole fields copied through the host (:class:`~gridcomm.apps.mpdata.baseline.HostRoundTrip`), or
+    ``"none"`` for no exchanger at all (one rank only: a benchmark's compute-only figure). ``graphs`` and
+    ``levels_per_thread``: see :class:`~gridcomm.apps.mpdata.scheme.Mpdata`.
     """
     comm = _communicator(comm)
+    on_gpu = getattr(xp, "__name__", xp) == "cupy"
+    if on_gpu and comm is not None:
+        from ...gpu import use_local_gpu
+
+        use_local_gpu(comm)  # before anything is allocated on the GPU
     mesh = grid if isinstance(grid, MedianDualMesh) else MedianDualMesh(grid)
     case = CosineBell(alpha=float(alpha), radius=mesh.radius, **({} if period_s is None else {"period_s": period_s}))
     fluxes = case.edge_fluxes(mesh)
@@ -70,14 +85,19 @@ def setup_mpdata(
     local = LocalMesh.build(mesh, owner, rank, layers=2)
     decomposition = None
     make = None
-    if comm is not None:
+    if transport == "none" and size > 1:
+        raise ValueError(f"transport 'none' leaves the halos of {size} ranks unfilled: it is for one rank only")
+    if comm is not None and transport != "none":
         from ...decomp import UnstructuredDecomposition
         from ...exchange import HaloExchanger
+        from .baseline import HostRoundTrip
 
         decomposition = UnstructuredDecomposition(comm, local.owned_ids, local.halo_ids)
 
-        def make(fields: list[np.ndarray]) -> Any:
-            return HaloExchanger(decomposition, fields)
+        def make(fields: list[Any]) -> Any:
+            if transport == "host":
+                return HostRoundTrip(decomposition, fields)
+            return HaloExchanger(decomposition, fields, transport)
 
     velocities = case.edge_velocities(mesh)
     solver = Mpdata(
@@ -89,10 +109,13 @@ def setup_mpdata(
         fct=fct,
         iterations=iterations,
         make_exchanger=make,
+        xp=xp,
+        graphs=graphs,
+        levels_per_thread=levels_per_thread,
     )
     # The bell is evaluated on the global grid and sliced: transcendental functions may round differently
     # in a vector loop's body and tail, and every rank must hold bitwise the serial values.
-    solver.psi[:] = case.height(mesh.xyz)[local.global_ids, None]
+    solver.set_tracer(np.broadcast_to(case.height(mesh.xyz)[local.global_ids, None], (local.n_local, levels)))
     return Setup(mesh, case, np.asarray(owner), local, solver, decomposition, float(dt), achieved)
 
 
@@ -105,10 +128,13 @@ def _communicator(comm: Any) -> Any:
     return Communicator.wrap(comm)
 
 
-def _gather(setup: Setup, comm: Any, field: np.ndarray) -> np.ndarray | None:
-    if comm is None:
-        return field[: setup.local.n_owned].copy()
-    return setup.decomposition.gather(field, root=0)
+def _gather(setup: Setup, comm: Any, field: Any) -> np.ndarray | None:
+    """The owned values of ``field`` by global id on rank 0, a host array (None elsewhere)."""
+    setup.solver.synchronize()
+    host = field.get() if setup.solver.on_gpu else field
+    if comm is None or setup.decomposition is None:
+        return np.array(host[: setup.local.n_owned])
+    return setup.decomposition.gather(host, root=0)
 
 
 def run_mpdata(
@@ -126,6 +152,9 @@ def run_mpdata(
     period_s: float | None = None,
     progress: Callable[[int, int], Any] | None = None,
     return_fields: bool = False,
+    xp: Any = np,
+    transport: Any = "auto",
+    graphs: bool = False,
 ) -> dict[str, Any]:
     """Advect the cosine bell (Williamson case 1) with MPDATA and report how well it went.
 
@@ -138,8 +167,9 @@ def run_mpdata(
     simulated_s, courant (largest Courant number), l1, l2, linf (Williamson's normalised errors, dual-volume
     weights, all levels), min/max (final) and min0/max0 (initial), mass0, mass, mass_rel_change,
     time_per_step_s (slowest rank), exchange_fraction (share of step time in halo exchanges, mean over
-    ranks), exchanges_per_step. With ``return_fields``, rank 0's dict also holds ``initial``, ``final`` and
-    ``exact`` (V, levels) arrays by global id.
+    ranks; None on the GPU, where the exchanges overlap the kernels), exchanges_per_step, device. With
+    ``return_fields``, rank 0's dict also holds ``initial``, ``final`` and ``exact`` (V, levels) arrays by
+    global id. ``xp``, ``transport``, ``graphs``: as for :func:`setup_mpdata`.
     """
     if not revolutions > 0:
         raise ValueError(f"revolutions must be positive, got {revolutions!r}")
@@ -159,20 +189,26 @@ def run_mpdata(
         nsteps = max(1, round(total_s / dt))
     if steps is not None:
         nsteps = int(steps)
-    s = setup_mpdata(comm, mesh, levels=levels, alpha=alpha, dt=dt, period_s=period_s, fct=fct, iterations=iterations)
+    s = setup_mpdata(
+        comm, mesh, levels=levels, alpha=alpha, dt=dt, period_s=period_s, fct=fct, iterations=iterations, xp=xp,
+        transport=transport, graphs=graphs,
+    )  # fmt: skip
     area = mesh.dual_volumes
     initial = _gather(s, comm, s.solver.psi)
     if comm is not None:
         comm.mpi.Barrier()
     s.solver.run(nsteps, progress)
     final = _gather(s, comm, s.solver.psi)
+    s.solver.close()
     step_s = s.solver.step_s
-    exchange_fraction = s.solver.exchange_s / max(step_s, 1e-300)
+    exchange_fraction: float | None = s.solver.exchange_s / max(step_s, 1e-300)
     if comm is not None:
         from mpi4py import MPI
 
         step_s = comm.mpi.allreduce(step_s, op=MPI.MAX)
         exchange_fraction = comm.mpi.allreduce(exchange_fraction, op=MPI.SUM) / comm.size
+    if s.solver.on_gpu:
+        exchange_fraction = None
     result: dict[str, Any] | None = None
     if comm is None or comm.rank == 0:
         exact = np.repeat(case.height(mesh.xyz, nsteps * dt)[:, None], levels, axis=1)
@@ -200,7 +236,8 @@ def run_mpdata(
             "mass_rel_change": (mass - mass0) / mass0,
             "time_per_step_s": step_s / max(nsteps, 1),
             "exchange_fraction": exchange_fraction,
-            "exchanges_per_step": s.solver.exchanges_per_step if comm is not None else 0,
+            "exchanges_per_step": s.solver.exchanges_per_step if s.decomposition is not None else 0,
+            "device": "gpu" if s.solver.on_gpu else "cpu",
         }
         if return_fields:
             result.update(initial=initial, final=final, exact=exact)

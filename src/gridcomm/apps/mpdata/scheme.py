@@ -31,30 +31,69 @@ elementwise IEEE arithmetic, so owned values are bitwise those of the serial run
 the local mesh's incidences gives the same guarantee but is about 3x slower with many levels.)
 
 Arrays are (nodes, levels), levels the fast (contiguous) axis; the horizontal scheme acts on each level.
+
+The step is written once (``Mpdata._advance``); its arithmetic runs in NumPy (numpy_kernels.py) or in CUDA
+kernels (cuda_kernels.py, mpdata.cu) that do the same operations in the same order. On the GPU each exchange
+runs on a stream of its own while the compute stream does the part of the next phase that reads no halo value
+(the upwind pass, the antidiffusive fluxes and the FCT bounds of nodes and edges whose neighbours are all
+owned), and the whole step, both
+exchanges included, can be captured in a CUDA graph and replayed (``graphs=True``; transports ipc and nccl).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...arrays import cupy_or_none
+from ...exchange import NoExchange
 from ...grids.local import LocalMesh
+from .tables import INNER, OUTER, MeshTables
 
-EPS = 1e-15  # guards the ratios of MPDATA and FCT where a field and its fluxes vanish
-
-
-class NoExchange:
-    """The exchange of a single part: nothing to do."""
-
-    def exchange(self) -> None:
-        pass
+#: Stream priority asking for the device's highest: an exchange's small kernels then run between the blocks of
+#: a running phase instead of after all of them (CUDA clamps it to its range).
+HIGHEST_PRIORITY = -1000
 
 
-def no_exchanger(fields: Sequence[np.ndarray]) -> NoExchange:
+def no_exchanger(fields: Sequence[Any]) -> NoExchange:
     return NoExchange()
+
+
+def _resolve_xp(xp: Any) -> types.ModuleType:
+    if isinstance(xp, str):
+        if xp not in ("numpy", "cupy"):
+            raise ValueError(f"xp={xp!r}: give numpy or cupy (or the module)")
+        xp = np if xp == "numpy" else cupy_or_none()
+        if xp is None:
+            raise ValueError("xp='cupy' but CuPy is not importable: pip install 'gridcomm[gpu]'")
+    if getattr(xp, "__name__", None) not in ("numpy", "cupy"):
+        raise ValueError(f"xp={xp!r}: give numpy or cupy (or the module's name)")
+    return xp
+
+
+class Fields:
+    """The solver's arrays, (n_local, levels) each: ``psi`` (the tracer), ``psi1`` (after the upwind pass),
+    ``grad`` (3, n_local, levels) (gradient of psi1, 1/m per tracer unit), the FCT coefficients
+    ``beta_up``/``beta_dn``, and ``flux`` (n_edges, levels), the corrective pass's flux per edge."""
+
+    def __init__(self, xp: types.ModuleType, n_local: int, n_edges: int, levels: int) -> None:
+        shape = (n_local, levels)
+        self.flux = xp.zeros((n_edges, levels))  # antidiffusive flux per local edge, from i to j
+        self.psi = xp.zeros(shape)
+        self.psi1 = xp.zeros(shape)
+        self.grad = xp.zeros((3, *shape))  # three C-contiguous (n, levels) fields
+        self.beta_up = xp.zeros(shape)
+        self.beta_dn = xp.zeros(shape)
+
+
+def _capturable(exchanger: Any) -> bool:
+    transport = getattr(exchanger, "transport", None)
+    return transport is None or bool(getattr(transport, "graph_capturable", False))
 
 
 class Mpdata:
@@ -69,9 +108,13 @@ class Mpdata:
         fct: apply the non-oscillatory (FCT) limiter to the corrective pass.
         iterations: corrective iterations: 1 (MPDATA, the default) or 0 (upwind only).
         make_exchanger: called (collectively, twice, in the same order on every part) with the list of
-            fields that one exchange must fill; returns an object whose ``exchange()`` fills their halo
-            rows from the owners, e.g. ``lambda f: gridcomm.HaloExchanger(decomp, f)``. Default: no
-            exchange (a single part).
+            fields that one exchange must fill; returns an object whose ``start(stream)`` begins filling their
+            halo rows from the owners and returns a handle whose ``wait()`` completes it, e.g.
+            ``lambda f: gridcomm.HaloExchanger(decomp, f)``. Default: no exchange (a single part).
+        xp: ``numpy`` (CPU) or ``cupy`` (the current GPU), or the module's name.
+        graphs: GPU only: capture one step, both exchanges included, in a CUDA graph and replay it each step
+            (the exchangers' transport must be graph-capturable: ipc or nccl).
+        levels_per_thread: GPU only: levels one CUDA thread computes (1, 2 or 4; default 2 where it divides).
     """
 
     def __init__(
@@ -84,7 +127,10 @@ class Mpdata:
         levels: int = 1,
         fct: bool = True,
         iterations: int = 1,
-        make_exchanger: Callable[[list[np.ndarray]], Any] | None = None,
+        make_exchanger: Callable[[list[Any]], Any] | None = None,
+        xp: Any = np,
+        graphs: bool = False,
+        levels_per_thread: int | None = None,
     ) -> None:
         if iterations not in (0, 1):
             raise ValueError(
@@ -102,156 +148,178 @@ class Mpdata:
                 f"fluxes {fluxes.shape} and velocities {velocities.shape} must be ({local.n_edges},) and "
                 f"({local.n_edges}, 3): one per local edge"
             )
+        self.xp = _resolve_xp(xp)
+        self.on_gpu = self.xp.__name__ == "cupy"
+        if graphs and not self.on_gpu:
+            raise ValueError("graphs=True needs the GPU (xp=cupy): CUDA graphs replay GPU work")
         self.local, self.dt, self.levels, self.fct, self.iterations = local, float(dt), int(levels), fct, iterations
-        n, no = local.n_local, local.n_owned
-        self._i, self._j = local.edge_nodes[:, 0], local.edge_nodes[:, 1]
-        v = fluxes[:, None]
-        self._vpos, self._vneg, self._vabs, self._vdt = np.maximum(v, 0.0), np.minimum(v, 0.0), np.abs(v), dt * v
-        self._wind = [velocities[:, k : k + 1].copy() for k in range(3)]
-        self._update = local.update_nodes
-        self._edge_tab, signs, self._other_tab = node_edge_table(local)
-        self._sign_tab = signs[:, :, None]
-        self._degree = len(self._edge_tab)
-        # Each owned node's face normals by slot, signed out of the node: (degree, 3, n_owned, 1).
-        normals = local.normals[self._edge_tab[:, :no]] * signs[:, :no, None]
-        self._normal_tab = np.ascontiguousarray(normals.transpose(0, 2, 1))[..., None]
-        area = local.dual_volumes
-        self._dt_area = (dt / area[self._update])[:, None]
-        self._dt_area_o = self._dt_area[:no]
-        self._area_o = area[:no, None]
-        self._radial_o = [local.xyz[:no, k : k + 1].copy() for k in range(3)]
-        shape = (n, self.levels)
-        self.psi = np.zeros(shape)
-        self._psi1 = np.zeros(shape)
-        self._grad = np.zeros((3, *shape))  # three C-contiguous (n, levels) fields
-        self._beta_up = np.zeros(shape)
-        self._beta_dn = np.zeros(shape)
-        make = make_exchanger or no_exchanger
-        self.exchange_fields: tuple[list[np.ndarray], ...] = ([self.psi], [self._psi1, *self._grad])
-        self._exchanges = [make(self.exchange_fields[0])]
-        if iterations:
-            self._exchanges.append(make(self.exchange_fields[1]))
+        self.tables = MeshTables.build(local, fluxes, velocities, dt, self.levels)
+        self.fields = f = Fields(self.xp, local.n_local, local.n_edges, self.levels)
+        self.psi = f.psi
+        self.stream: Any = None  # GPU: every phase runs on it, and every step ends on it
+        self.exchange_stream: Any = None  # GPU: where the halo exchanges run
+        self._graph: Any = None
+        self._exchanges: list[Any] = []
         self.steps_done = 0
-        self.exchange_s = 0.0  # seconds spent in halo exchanges
-        self.step_s = 0.0  # seconds spent in steps, exchanges included
+        self.exchange_s = 0.0  # CPU: seconds spent in halo exchanges
+        self.step_s = 0.0  # seconds spent in steps, exchanges included (GPU: measured by run())
+        if self.on_gpu:
+            self._make_streams()
+            from .cuda_kernels import CudaMpdata
+
+            self.kernels: Any = CudaMpdata(self.tables, f, self.stream, levels_per_thread)
+        else:
+            from .numpy_kernels import NumpyMpdata
+
+            self.kernels = NumpyMpdata(self.tables, f)
+        make = make_exchanger or no_exchanger
+        self.exchange_fields: tuple[list[Any], ...] = ([f.psi], [f.psi1, *f.grad])
+        try:
+            self._exchanges.append(make(self.exchange_fields[0]))
+            if iterations:
+                self._exchanges.append(make(self.exchange_fields[1]))
+            moved_by = getattr(self._exchanges[0], "transport", None)
+            self.transport: str = "none" if moved_by is None else moved_by.name  # what moves the halos
+            if graphs:
+                self._capture()
+        except BaseException:
+            self.close()
+            raise
+
+    def _make_streams(self) -> None:
+        cuda = self.xp.cuda
+        self.stream = cuda.Stream(non_blocking=True)
+        self.exchange_stream = cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
+        # Per exchange: recorded on the compute stream when the exchanged fields are written (the exchange may
+        # start), and on the exchange stream when the halos are in place (the outer part may run).
+        self._ready = [cuda.Event(block=False, disable_timing=True) for _ in range(2)]
+        self._arrived = [cuda.Event(block=False, disable_timing=True) for _ in range(2)]
+
+    def _capture(self) -> None:
+        """Record one step (both exchanges) in a CUDA graph; capturing runs nothing."""
+        blocking = [type(getattr(e, "transport", None)).__name__ for e in self._exchanges if not _capturable(e)]
+        if blocking:
+            raise ValueError(
+                f"graphs=True captures the halo exchanges in a CUDA graph, but transport {blocking[0]} needs the "
+                "host during an exchange; use transport 'ipc' or 'nccl', or graphs=False"
+            )
+        stream = self.stream
+        with stream:  # anything CuPy enqueues implicitly goes to the capturing stream too
+            stream.begin_capture()
+            try:
+                self._advance()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the capture is broken: end it, report the first error
+                    stream.end_capture()
+                raise
+            self._graph = stream.end_capture()
 
     @property
     def exchanges_per_step(self) -> int:
         """Halo exchanges per step: 2 (1 with ``iterations=0``)."""
-        return len(self._exchanges)
+        return 1 + self.iterations
 
     @property
-    def owned(self) -> np.ndarray:
-        """The tracer on the owned nodes, (n_owned, levels) (a view)."""
+    def owned(self) -> Any:
+        """The tracer on the owned nodes, (n_owned, levels) (a view; on the GPU call synchronize() first)."""
         return self.psi[: self.local.n_owned]
 
-    def _exchange(self, k: int) -> None:
-        start = time.perf_counter()
-        self._exchanges[k].exchange()
-        self.exchange_s += time.perf_counter() - start
+    def set_tracer(self, values: Any) -> None:
+        """Set psi on every local node from host or device values broadcastable to (n_local, levels)."""
+        if self.on_gpu:
+            self.psi.set(np.ascontiguousarray(np.broadcast_to(values, self.psi.shape)))
+            self.xp.cuda.Device().synchronize()  # the upload ran on the legacy stream; ours skip it
+        else:
+            self.psi[...] = values
 
-    def _node_sums(self, edge_values: np.ndarray, nodes: int) -> np.ndarray:
-        """For the first ``nodes`` update nodes: sum over their edges of s_ie x value_e, slot by slot."""
-        edges, signs = self._edge_tab[:, :nodes], self._sign_tab[:, :nodes]
-        total = edge_values[edges[0]] * signs[0]
-        for k in range(1, self._degree):
-            total += edge_values[edges[k]] * signs[k]
-        return total
+    def synchronize(self) -> None:
+        """GPU: wait for every step enqueued so far, then raise GridcommTimeout if a GPU-side wait of a
+        replayed graph gave up (ipc). Nothing to do on the CPU."""
+        if self.on_gpu:
+            self.stream.synchronize()
+            self.exchange_stream.synchronize()
+            if self._graph is not None:
+                for exchanger in self._exchanges:
+                    exchanger.check()
+
+    def _exchange(self, k: int, during: Callable[[], None] | None = None) -> None:
+        """Exchange ``k`` (0: psi; 1: psi1 and its gradient); ``during`` runs while it is in flight."""
+        exchanger = self._exchanges[k]
+        if not self.on_gpu:
+            start = time.perf_counter()
+            handle = exchanger.start()
+            if during is not None:
+                during()
+            handle.wait()
+            self.exchange_s += time.perf_counter() - start
+            return
+        self.stream.record(self._ready[k])
+        self.exchange_stream.wait_event(self._ready[k])
+        handle = exchanger.start(self.exchange_stream)
+        if during is not None:
+            during()
+        handle.wait()
+        self.exchange_stream.record(self._arrived[k])
+        self.stream.wait_event(self._arrived[k])
+
+    def _advance(self) -> None:
+        """One step's work, in order (enqueued on the GPU)."""
+        k = self.kernels
+        self._exchange(0, lambda: k.upwind(INNER))
+        k.upwind(OUTER)
+        if not self.iterations:
+            k.accept_upwind()
+            return
+        k.gradient()
+        self._exchange(1, lambda: self._corrective_part(INNER))
+        self._corrective_part(OUTER)
+        k.corrective(self.fct)
+
+    def _corrective_part(self, part: str) -> None:
+        """The antidiffusive fluxes, and with FCT the limiter coefficients, of one part."""
+        self.kernels.fluxes(part)
+        if self.fct:
+            self.kernels.bounds(part)
 
     def step(self) -> None:
-        """Advance ``psi`` on the owned nodes by one time step (halo rows are refreshed by the next step)."""
-        start = time.perf_counter()
-        no, i, j, up = self.local.n_owned, self._i, self._j, self._update
-        psi, psi1 = self.psi, self._psi1
-        self._exchange(0)
-        flux = self._vpos * psi[i] + self._vneg * psi[j]
-        psi1[up] = psi[up] - self._dt_area * self._node_sums(flux, len(up))
-        if not self.iterations:
-            psi[:no] = psi1[:no]
+        """Advance ``psi`` on the owned nodes by one time step (halo rows are refreshed by the next step). On
+        the GPU the step is enqueued and may still run after this returns (synchronize() waits)."""
+        if self.on_gpu:
+            if self._graph is not None:
+                self._graph.launch(self.stream)
+            else:
+                self._advance()
         else:
-            self._gradient_owned()
-            self._exchange(1)
-            flux = self._antidiffusive_flux()
-            if self.fct:
-                self._limit(flux)
-            psi[:no] = psi1[:no] - self._dt_area_o * self._node_sums(flux, no)
+            start = time.perf_counter()
+            self._advance()
+            self.step_s += time.perf_counter() - start
         self.steps_done += 1
-        self.step_s += time.perf_counter() - start
 
     def run(self, steps: int, progress: Callable[[int, int], Any] | None = None) -> None:
-        """``steps`` time steps; ``progress(done, steps)`` after each."""
+        """``steps`` time steps; ``progress(done, steps)`` after each (on the GPU: after each is enqueued)."""
+        start = time.perf_counter()
         for k in range(steps):
             self.step()
             if progress is not None:
                 progress(k + 1, steps)
+        if self.on_gpu:
+            self.synchronize()
+            self.step_s += time.perf_counter() - start
 
-    def _gradient_owned(self) -> None:
-        """Green-Gauss gradient of psi1 on the owned nodes, tangent to the sphere (1/m per tracer unit):
-        (1/A_i) sum_e (psi1_other - psi1_i)/2 S_e (S_e out of i). Writing the face value as the mean minus
-        psi1_i makes the gradient of a constant exactly zero although the 3-D face normals of a cell on a
-        sphere do not sum to zero; the radial part that curvature leaves is then removed."""
-        psi1, no, grad = self._psi1, self.local.n_owned, self._grad
-        others = self._other_tab[:, :no]
-        own = psi1[:no]
-        for k in range(self._degree):
-            half_diff = 0.5 * (psi1[others[k]] - own)  # 0 in padding: the other node is the node itself
-            for c in range(3):
-                if k == 0:
-                    np.multiply(half_diff, self._normal_tab[k, c], out=grad[c, :no])
-                else:
-                    grad[c, :no] += half_diff * self._normal_tab[k, c]
-        g, r = grad[:, :no], self._radial_o
-        g /= self._area_o
-        radial = g[0] * r[0] + g[1] * r[1] + g[2] * r[2]
-        for c in range(3):
-            g[c] -= radial * r[c]
+    def close(self) -> None:
+        """Wait for the GPU, then free the exchangers and the graph (collective where the exchangers are)."""
+        if self.on_gpu and self.stream is not None:
+            self.stream.synchronize()
+            self.exchange_stream.synchronize()
+        self._graph = None
+        for exchanger in self._exchanges:
+            close = getattr(exchanger, "close", None)
+            if close is not None:
+                close()
+        self._exchanges = []
 
-    def _antidiffusive_flux(self) -> np.ndarray:
-        """Upwind flux of psi1 with MPDATA's antidiffusive pseudo-velocity, per local edge."""
-        i, j, psi1, g = self._i, self._j, self._psi1, self._grad
-        pi, pj = psi1[i], psi1[j]
-        w = self._wind
-        wind_grad = 0.5 * (w[0] * (g[0, i] + g[0, j]) + w[1] * (g[1, i] + g[1, j]) + w[2] * (g[2, i] + g[2, j]))
-        pseudo = (self._vabs * (pj - pi) - self._vdt * wind_grad) / (np.abs(pi) + np.abs(pj) + EPS)
-        return np.maximum(pseudo, 0.0) * pi + np.minimum(pseudo, 0.0) * pj
+    def __enter__(self) -> Mpdata:
+        return self
 
-    def _limit(self, flux: np.ndarray) -> None:
-        """Scale ``flux`` in place (FCT): limiter coefficients on the update nodes, then per edge the
-        smaller of the sender's outflow and the receiver's inflow coefficients (at most 1)."""
-        up, psi, psi1, nu = self._update, self.psi, self._psi1, len(self._update)
-        high = np.maximum(psi, psi1)
-        low = np.minimum(psi, psi1)
-        high_u, low_u = high[up], low[up]
-        outflow = np.zeros((nu, self.levels))
-        inflow = np.zeros((nu, self.levels))  # summed as negatives, negated below (exact)
-        for k in range(self._degree):
-            other = self._other_tab[k]
-            np.maximum(high_u, high[other], out=high_u)
-            np.minimum(low_u, low[other], out=low_u)
-            out = flux[self._edge_tab[k]] * self._sign_tab[k]  # leaving the node; 0 in padding
-            outflow += np.maximum(out, 0.0)
-            inflow += np.minimum(out, 0.0)
-        self._beta_up[up] = (high_u - psi1[up]) / (self._dt_area * -inflow + EPS)
-        self._beta_dn[up] = (psi1[up] - low_u) / (self._dt_area * outflow + EPS)
-        bu, bd, i, j = self._beta_up, self._beta_dn, self._i, self._j
-        scale = np.where(flux >= 0.0, np.minimum(bd[i], bu[j]), np.minimum(bu[i], bd[j]))
-        flux *= np.minimum(scale, 1.0)
-
-
-def node_edge_table(local: LocalMesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The edges of every update node as a table padded to the largest degree D (the dwarf's node2edge):
-    (D, n_update) local edge indices in ascending global edge id, their signs (+1 where the node is the
-    edge's first end, -1 where it is the second, 0 in padding) and the node at the other end (the node
-    itself in padding, so that min/max and differences over the table ignore padding)."""
-    starts, n_inc = local.inc_starts, len(local.inc_edges)
-    degree = np.diff(np.append(starts, n_inc))
-    width = int(degree.max()) if degree.size else 0
-    slot = np.arange(n_inc) - np.repeat(starts, degree)
-    column = np.repeat(np.arange(local.n_update), degree)
-    edges = np.repeat(local.inc_edges[starts][None, :], width, axis=0)
-    edges[slot, column] = local.inc_edges
-    signs = np.zeros((width, local.n_update))
-    signs[slot, column] = local.inc_signs
-    others = np.repeat(local.update_nodes[None, :], width, axis=0)
-    others[slot, column] = local.inc_others
-    return edges, signs, others
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -32,7 +32,7 @@ import numpy as np
 
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
-from ...exchange import HaloExchanger
+from ...exchange import HaloExchanger, NoExchange
 from ...gpu import use_local_gpu
 from ...transports import Transport
 from .config import StencilError, check_dtype, check_halo, check_mode, check_n, check_steps, resolve_xp
@@ -42,24 +42,6 @@ from .regions import INNER, STRIPS, WHOLE, split_region, update_region
 #: Stream priority asking for the device's highest (lower numbers are higher; CUDA clamps to its range, -5..0 on
 #: current GPUs).
 HIGHEST_PRIORITY = -1000
-
-
-class _NoExchange:
-    """Stands in for a HaloExchanger when halos are not exchanged (the compute-only ceiling of a benchmark)."""
-
-    bytes_per_exchange = (0, 0)
-
-    def start(self, stream: Any = None) -> _NoExchange:
-        return self
-
-    def wait(self) -> None:
-        pass
-
-    def check(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def process_grid(nranks: int, n: int, halo: int) -> tuple[int, int]:
@@ -137,7 +119,7 @@ class Stencil2D:
         self._closed = False
         try:
             for f in self.fields:  # one exchanger per field, so that swapping u and v copies nothing
-                self._exchangers.append(HaloExchanger(d, f, transport, timeout=timeout) if exchange else _NoExchange())
+                self._exchangers.append(HaloExchanger(d, f, transport, timeout=timeout) if exchange else NoExchange())
             self.transport = self._exchangers[0].transport.name if exchange else "none"
             if self.on_gpu:
                 from .cuda_kernel import CudaJacobi

@@ -1,0 +1,53 @@
+"""Tune MPDATA's CUDA kernels on one GPU: levels per thread (1, 2, 4) at several level counts, the step with no
+exchange (graph replay) and every kernel alone beside the HBM copy bandwidth, all in one run.
+
+    python benchmarks/tune_mpdata.py --grid O1280 --levels 32,128 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gridcomm.bench.ceilings import hbm_copy_gbps
+from gridcomm.bench.machine import machine_info
+from gridcomm.bench.mpdata import benchmark_case
+from gridcomm.bench.results import write_results
+from gridcomm.comm import Communicator
+from gridcomm.gpu import use_local_gpu
+from gridcomm.grids.mesh import MedianDualMesh
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--grid", default="O1280")
+    parser.add_argument("--levels", default="32,128")
+    parser.add_argument("--per-thread", default="1,2,4")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args()
+    comm = Communicator()
+    use_local_gpu(comm)
+    hbm = hbm_copy_gbps(comm)
+    mesh = MedianDualMesh(args.grid)
+    rows = []
+    for levels in (int(x) for x in args.levels.split(",")):
+        for lpt in (int(x) for x in args.per_thread.split(",")):
+            if levels % lpt:
+                continue
+            options = {"levels": levels, "hbm": hbm, "gpus": 1, "kernels": True, "levels_per_thread": lpt}
+            row = benchmark_case(comm, mesh, "none", **options)
+            rows.append(row)
+            kernels = ", ".join(f"{k['kernel']} {100 * k['share_of_hbm']:.0f}%" for k in row["kernels"])
+            print(
+                f"{args.grid} L={levels} lpt={lpt}: step {row['time_per_step_s'] * 1e3:.3f} ms, "
+                f"{100 * row['step_share_of_hbm']:.1f}% of HBM {hbm:.0f} GB/s, {row['joules_per_step']} J; {kernels}",
+                flush=True,
+            )
+    config = {"grid": args.grid, "levels": args.levels, "per_thread": args.per_thread}
+    path = write_results(args.out, "tune-mpdata", machine_info(comm.size, gpus_used=1), config, rows)
+    print(json.dumps({"results": str(path)}))
+
+
+if __name__ == "__main__":
+    main()
