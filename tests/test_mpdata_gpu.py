@@ -88,9 +88,11 @@ def test_kernel_bytes_count_each_field_value_once():
         kernel_bytes(t, "sideways", nodes)
 
 
-def test_graphs_need_the_gpu():
+def test_graphs_need_the_gpu_and_xp_must_be_an_array_module():
     with pytest.raises(ValueError, match="needs the GPU"):
         setup_mpdata(None, "O4", graphs=True)
+    with pytest.raises(ValueError, match="pass the array module, numpy"):
+        setup_mpdata(None, "O4", xp="torch")
 
 
 # -- GPU -------------------------------------------------------------------------------------------------------

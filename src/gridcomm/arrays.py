@@ -126,3 +126,23 @@ def to_host(a: Any) -> np.ndarray:
     if isinstance(a, np.ndarray):
         return a
     return a.get()
+
+
+def resolve_array_module(xp: Any, error: type[Exception] = ValueError) -> types.ModuleType:
+    """The array module for ``xp``: numpy or cupy (the module or its name); None means cupy when a GPU is
+    usable. Raises ``error`` saying what is wrong: another module, CuPy missing, or no GPU visible."""
+    from .gpu import gpu_count
+
+    if xp is None:
+        return resolve_array_module("cupy" if gpu_count() else "numpy", error)
+    name = xp if isinstance(xp, str) else xp.__name__ if isinstance(xp, types.ModuleType) else None
+    if name not in ("numpy", "cupy"):
+        raise error(f"xp={xp!r}: pass the array module, numpy (CPU) or cupy (GPU)")
+    if name == "numpy":
+        return np
+    cupy = cupy_or_none()
+    if cupy is None:
+        raise error("xp=cupy but CuPy is not installed (pip install 'gridcomm[gpu]'); or run on the CPU")
+    if not gpu_count():
+        raise error("xp=cupy but no CUDA GPU is visible to this rank; run on the CPU (xp=numpy, --cpu)")
+    return cupy

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..apps.mpdata.cuda_kernels import PHASES
 from ..apps.mpdata.driver import setup_mpdata
 from ..apps.mpdata.tables import INNER, OUTER, MeshTables
 from ..comm import Communicator
@@ -115,7 +116,7 @@ def time_kernels(comm: Communicator, solver: Any, step_s: float, hbm: float) -> 
     fewest bytes, bandwidth, share of the HBM copy bandwidth and share of the step."""
     t, kernels = solver.tables, solver.kernels
     rows = []
-    phases = ["upwind", "gradient", "fluxes", "bounds", "corrective"] if solver.iterations else ["upwind"]
+    phases = PHASES if solver.iterations else ("upwind",)
     for phase in phases:
         if phase == "bounds" and not solver.fct:
             continue

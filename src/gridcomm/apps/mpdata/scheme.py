@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ...arrays import cupy_or_none
+from ...arrays import resolve_array_module
 from ...exchange import NoExchange
 from ...grids.local import LocalMesh
 from .tables import INNER, OUTER, MeshTables
@@ -62,18 +62,6 @@ HIGHEST_PRIORITY = -1000
 
 def no_exchanger(fields: Sequence[Any]) -> NoExchange:
     return NoExchange()
-
-
-def _resolve_xp(xp: Any) -> types.ModuleType:
-    if isinstance(xp, str):
-        if xp not in ("numpy", "cupy"):
-            raise ValueError(f"xp={xp!r}: give numpy or cupy (or the module)")
-        xp = np if xp == "numpy" else cupy_or_none()
-        if xp is None:
-            raise ValueError("xp='cupy' but CuPy is not importable: pip install 'gridcomm[gpu]'")
-    if getattr(xp, "__name__", None) not in ("numpy", "cupy"):
-        raise ValueError(f"xp={xp!r}: give numpy or cupy (or the module's name)")
-    return xp
 
 
 class Fields:
@@ -148,7 +136,7 @@ class Mpdata:
                 f"fluxes {fluxes.shape} and velocities {velocities.shape} must be ({local.n_edges},) and "
                 f"({local.n_edges}, 3): one per local edge"
             )
-        self.xp = _resolve_xp(xp)
+        self.xp = resolve_array_module(xp)
         self.on_gpu = self.xp.__name__ == "cupy"
         if graphs and not self.on_gpu:
             raise ValueError("graphs=True needs the GPU (xp=cupy): CUDA graphs replay GPU work")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arrays import resolve_array_module
 from ...errors import GridcommError
 
 #: How a step moves halos and computes (see Stencil2D): the seed's, with overlap, and captured in a CUDA graph.
@@ -69,35 +70,8 @@ def check_halo(halo: Any, n: int) -> int:
     return int(halo)
 
 
-def array_module_name(xp: Any) -> str:
-    """'numpy' or 'cupy' for the array module ``xp`` (the module itself, or its name)."""
-    if isinstance(xp, str):
-        name = xp
-    elif isinstance(xp, types.ModuleType):
-        name = xp.__name__
-    else:
-        name = None
-    if name not in ("numpy", "cupy"):
-        raise StencilError(f"xp={xp!r}: pass the array module, numpy (CPU) or cupy (GPU)")
-    return name
-
-
 def resolve_xp(xp: Any) -> types.ModuleType:
     """The array module for ``xp``: numpy or cupy (module or name); None means cupy when a GPU is usable.
 
     StencilError when cupy is asked for but CuPy or a GPU is missing."""
-    from ...gpu import gpu_count
-
-    if xp is None:
-        return resolve_xp("cupy" if gpu_count() else "numpy")
-    if array_module_name(xp) == "numpy":
-        return np
-    try:
-        import cupy
-    except ImportError:
-        raise StencilError(
-            "xp=cupy but CuPy is not installed (pip install 'gridcomm[gpu]'); or run on the CPU"
-        ) from None
-    if not gpu_count():
-        raise StencilError("xp=cupy but no CUDA GPU is visible to this rank; run on the CPU (xp=numpy, --cpu)")
-    return cupy
+    return resolve_array_module(xp, StencilError)
