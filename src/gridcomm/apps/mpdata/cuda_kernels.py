@@ -39,7 +39,7 @@ def mpdata_function(name: str, levels_per_thread: int, degree: int) -> Any:
 
 
 class CudaMpdata:
-    """The four phases of a step on CuPy fields, each enqueued on ``stream`` (see
+    """The five phases of a step on CuPy fields, each enqueued on ``stream`` (see
     :class:`~gridcomm.apps.mpdata.scheme.Mpdata`); ``inner`` parts read no halo value."""
 
     def __init__(self, tables: MeshTables, fields: Any, stream: Any, levels_per_thread: int | None = None) -> None:
@@ -53,8 +53,8 @@ class CudaMpdata:
                 "use more ranks or fewer levels"
             )
         self.stream = stream
-        self.levels_per_thread = lpt = choose_levels_per_thread(t.levels, levels_per_thread)
-        self._degree = t.degree
+        self.levels_per_thread = choose_levels_per_thread(t.levels, levels_per_thread)
+        self._degree, self._levels = t.degree, t.levels
         up = cupy.asarray
 
         def i32(a: np.ndarray) -> Any:
@@ -64,7 +64,7 @@ class CudaMpdata:
             return up(np.ascontiguousarray(a, np.float64))
 
         v = t.fluxes
-        self._arrays = arrays = {  # kept alive here: the launches below hold raw pointers to them
+        self._arrays = a = {  # kept alive here: the launches below hold raw pointers to them
             "update_nodes": i32(t.update_nodes),
             "edge_tab": i32(t.edge_tab),
             "sign_tab": f64(t.sign_tab),
@@ -84,33 +84,33 @@ class CudaMpdata:
             "edge_i": i32(t.edge_i),
             "edge_j": i32(t.edge_j),
         }
-        a = arrays
         mesh = (a["update_nodes"], a["edge_tab"], a["sign_tab"], a["other_tab"], np.int32(t.n_update), a["dt_area"])
         wind = (a["vabs"], a["vdt"], *a["wind"])
         levels, stride = np.int32(t.levels), np.int64(t.n_local * t.levels)
         no = t.n_owned
         self._launches: dict[tuple[str, str], list[tuple[Any, int, tuple[Any, ...]]]] = {}
         for part in (INNER, OUTER):
-            nodes, count = a[part], np.uint32(len(a[part]))
-            edges, n_edges = a["edges"][part], np.uint32(len(a["edges"][part]))
+            nodes, edges = a[part], a["edges"][part]
+            count, n_edges = np.uint32(len(nodes)), np.uint32(len(edges))
             upwind = (f.psi, f.psi1, nodes, count, *mesh, a["vpos"], a["vneg"], levels)
-            self._add(("upwind", part), lpt, upwind)
+            self._add(("upwind", part), count, upwind)
             fluxes = (f.psi1, f.grad, f.flux, edges, n_edges, a["edge_i"], a["edge_j"], *wind, stride, levels)
-            self._add(("fluxes", part), lpt, fluxes)
-            self._add(("bounds", part), lpt, (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, nodes, count, *mesh, levels))
-        gradient = (f.psi1, f.grad, np.uint32(no), *mesh, a["normal_tab"], a["area"], a["xyz"], stride, levels)
-        self._add(("gradient", "all"), lpt, gradient)
+            self._add(("fluxes", part), n_edges, fluxes)
+            bounds = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, nodes, count, *mesh, levels)
+            self._add(("bounds", part), count, bounds)
+        owned = np.uint32(no)
+        gradient = (f.psi1, f.grad, owned, *mesh, a["normal_tab"], a["area"], a["xyz"], stride, levels)
+        self._add(("gradient", "all"), owned, gradient)
         for limit in (0, 1):
-            corrective = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, np.uint32(no), *mesh, np.int32(limit), levels)
-            self._add(("corrective", str(limit)), lpt, corrective)
+            corrective = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, owned, *mesh, np.int32(limit), levels)
+            self._add(("corrective", str(limit)), owned, corrective)
         self._psi_owned, self._psi1_owned = f.psi[:no], f.psi1[:no]
 
-    def _add(self, key: tuple[str, str], lpt: int, args: tuple[Any, ...]) -> None:
-        """The launch of ``gridcomm_mpdata_<phase>`` (none where it has no items): a thread per ``lpt`` levels of
-        a node or edge. Every kernel's arguments hold the item count first among the scalars (a uint32) and end
-        with the level count."""
-        count = next(int(x) for x in args if isinstance(x, np.uint32))
-        items = count * int(args[-1]) // lpt
+    def _add(self, key: tuple[str, str], count: int, args: tuple[Any, ...]) -> None:
+        """The launch of ``gridcomm_mpdata_<phase>`` over ``count`` nodes or edges (none where there are none):
+        a thread per ``levels_per_thread`` levels of each."""
+        lpt = self.levels_per_thread
+        items = int(count) * self._levels // lpt
         function = mpdata_function(key[0], lpt, self._degree)
         self._launches[key] = [(function, math.ceil(items / THREADS), args)] if items else []
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arrays import resolve_array_module
 from ...grids.local import LocalMesh
 from ...grids.mesh import MedianDualMesh
 from ...grids.octahedral import OctahedralGrid
@@ -65,8 +66,8 @@ def setup_mpdata(
     ``levels_per_thread``: see :class:`~gridcomm.apps.mpdata.scheme.Mpdata`.
     """
     comm = _communicator(comm)
-    on_gpu = getattr(xp, "__name__", xp) == "cupy"
-    if on_gpu and comm is not None:
+    xp = resolve_array_module(xp)
+    if xp.__name__ == "cupy" and comm is not None:
         from ...gpu import use_local_gpu
 
         use_local_gpu(comm)  # before anything is allocated on the GPU
@@ -201,14 +202,14 @@ def run_mpdata(
     final = _gather(s, comm, s.solver.psi)
     s.solver.close()
     step_s = s.solver.step_s
-    exchange_fraction: float | None = s.solver.exchange_s / max(step_s, 1e-300)
+    # On the GPU the exchanges overlap the kernels and the host never sees them end: no share to report.
+    exchange_fraction = None if s.solver.on_gpu else s.solver.exchange_s / max(step_s, 1e-300)
     if comm is not None:
         from mpi4py import MPI
 
         step_s = comm.mpi.allreduce(step_s, op=MPI.MAX)
-        exchange_fraction = comm.mpi.allreduce(exchange_fraction, op=MPI.SUM) / comm.size
-    if s.solver.on_gpu:
-        exchange_fraction = None
+        if exchange_fraction is not None:  # the same on every rank: all on the GPU or all on the CPU
+            exchange_fraction = comm.mpi.allreduce(exchange_fraction, op=MPI.SUM) / comm.size
     result: dict[str, Any] | None = None
     if comm is None or comm.rank == 0:
         exact = np.repeat(case.height(mesh.xyz, nsteps * dt)[:, None], levels, axis=1)

@@ -15,7 +15,7 @@ from .tables import EPS, INNER, MeshTables
 
 
 class NumpyMpdata:
-    """The four phases of a step on NumPy fields (see :class:`~gridcomm.apps.mpdata.scheme.Mpdata`).
+    """The five phases of a step on NumPy fields (see :class:`~gridcomm.apps.mpdata.scheme.Mpdata`).
 
     NumPy has no second stream to overlap an exchange with, so the ``inner`` part of every phase is empty and
     ``outer`` is the whole node set: the exchange completes before the phase runs.

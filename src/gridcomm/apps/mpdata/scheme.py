@@ -36,8 +36,8 @@ The step is written once (``Mpdata._advance``); its arithmetic runs in NumPy (nu
 kernels (cuda_kernels.py, mpdata.cu) that do the same operations in the same order. On the GPU each exchange
 runs on a stream of its own while the compute stream does the part of the next phase that reads no halo value
 (the upwind pass, the antidiffusive fluxes and the FCT bounds of nodes and edges whose neighbours are all
-owned), and the whole step, both
-exchanges included, can be captured in a CUDA graph and replayed (``graphs=True``; transports ipc and nccl).
+owned), and the whole step, both exchanges included, can be captured in a CUDA graph and replayed
+(``graphs=True``; transports ipc and nccl).
 """
 
 from __future__ import annotations
@@ -185,11 +185,10 @@ class Mpdata:
 
     def _capture(self) -> None:
         """Record one step (both exchanges) in a CUDA graph; capturing runs nothing."""
-        blocking = [type(getattr(e, "transport", None)).__name__ for e in self._exchanges if not _capturable(e)]
-        if blocking:
+        if not all(_capturable(e) for e in self._exchanges):
             raise ValueError(
-                f"graphs=True captures the halo exchanges in a CUDA graph, but transport {blocking[0]} needs the "
-                "host during an exchange; use transport 'ipc' or 'nccl', or graphs=False"
+                f"graphs=True captures the halo exchanges in a CUDA graph, but transport {self.transport!r} needs "
+                "the host during an exchange; use transport 'ipc' or 'nccl', or graphs=False"
             )
         stream = self.stream
         with stream:  # anything CuPy enqueues implicitly goes to the capturing stream too
