@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NP ?= 4
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test docs dist-check lint bench clean
 
 $(BIN)/gridcomm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,12 +12,29 @@ $(BIN)/gridcomm: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@
 
+# torch and JAX for the examples' tests: large downloads, so only `make test` asks for them, not `make demo`.
+$(VENV)/.examples: $(BIN)/gridcomm
+	$(BIN)/python -m pip install --quiet -e '.[test,examples]'
+	@touch $@
+
+$(VENV)/.docs: $(BIN)/gridcomm
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	@touch $@
+
 demo: $(BIN)/gridcomm
 	$(BIN)/gridcomm run --np $(NP) -- $(BIN)/gridcomm demo
 
-test: $(BIN)/gridcomm
-	$(BIN)/ruff check src tests
+test: $(VENV)/.examples
+	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/python -m pytest -q
+
+# The user guide (docs/, mkdocs.yml) with every warning an error.
+docs: $(VENV)/.docs
+	$(BIN)/mkdocs build --strict --site-dir build/site
+
+# A wheel and an sdist built from this tree, each installed into a fresh venv and run there.
+dist-check: $(BIN)/gridcomm
+	bash .ci/dist-check $(PYTHON)
 
 bench: $(BIN)/gridcomm
 	$(BIN)/gridcomm bench halo --np 2

@@ -54,14 +54,23 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests 480 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 -p no:cacheprovider \
           $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py tests/test_mpdata_gpu.py 2>/dev/null)
         ;;
+      examples)  # every example on the GPU(s), one rank per GPU, checked against its serial reference
+        stage examples 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_examples.py
+        ;;
+      report-quick)  # the one-command report, quick suite, on every GPU
+        stage report-quick 200 $py -m gridcomm report --quick --gpu --np "$ngpu" --out "$dir/report-quick"
+        ;;
       tests-mpdata)  # MPDATA's GPU suite only
         stage tests-mpdata 400 $py -m pytest -m gpu -q -rs --timeout=380 -p no:cacheprovider tests/test_mpdata_gpu.py
         ;;
-      tune-mpdata) stage tune-mpdata 300 $py benchmarks/tune_mpdata.py --grid O1280 --levels 32,128 --out "$dir/results" ;;
-      profile-mpdata)  # the four kernels of one step under Nsight Compute (clocks left alone)
-        stage profile-mpdata 200 ncu --clock-control none --kernel-name regex:gridcomm_mpdata --launch-skip 4 \
-          --launch-count 4 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-          --section LaunchStats $py benchmarks/profile_mpdata.py O320 32
+      tune-mpdata) stage tune-mpdata 400 $py benchmarks/tune_mpdata.py --grid O1280 --levels 32 --per-thread 2 \
+        --min-blocks 0,1,4,6 --out "$dir/results" ;;
+      profile-mpdata)  # the five kernels of one step under Nsight Compute (clocks left alone), O640 x 32 levels
+        stage profile-mpdata 300 ncu --clock-control none --kernel-name regex:gridcomm_mpdata --launch-skip 5 \
+          --launch-count 5 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+          --section LaunchStats --section WarpStateStats --section SchedulerStats \
+          --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,l1tex__t_sector_hit_rate.pct \
+          $py benchmarks/profile_mpdata.py O640 32
         ;;
       bench-mpdata1)  # one GPU: the seed's Figures 16-19 cases, every transport beside no exchange
         stage bench-mpdata1 420 $py -m gridcomm bench mpdata --gpu --np 1 --grids O640,O1024,O1280 --out "$dir/results"
@@ -69,6 +78,10 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       bench-mpdata)  # every GPU: O1280 over the GPU transports, drawn beside the 1-GPU run when one is there
         stage bench-mpdata 420 $py -m gridcomm bench mpdata --gpu --np "$ngpu" --grids O1280 \
           $(ls "$dir"/results/mpdata-gpu-1r-*.json 2>/dev/null | head -1 | sed 's/^/--with /') --out "$dir/results"
+        ;;
+      run-mpdata)  # the dwarf's own command on the GPU: a full revolution at O96, 4 levels, graphs, every GPU
+        stage run-mpdata 200 $py -m gridcomm run mpdata --grid O96 --alpha 0.785 --levels 4 --gpu --graphs \
+          --transport auto --np "$ngpu" --plot "$dir/results/mpdata-run-gpu.png"
         ;;
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ;;
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;

@@ -114,3 +114,20 @@ def test_bench_spectral_writes_results_and_plot(tmp_path):
         "legendre", "fft", "transposition"
     }  # fmt: skip
     assert payload["machine"]["date"] and path.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_help_texts_hold_no_square_brackets():
+    """rich reads [text] in a help string as markup and drops it: units such as [s] vanished from --help."""
+    import typer
+
+    from gridcomm.cli.main import app
+
+    def walk(command, path):
+        yield path, command.help or ""
+        for param in command.params:
+            yield f"{path} {param.name}", getattr(param, "help", None) or ""
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    eaten = [(where, text) for where, text in walk(typer.main.get_command(app), "gridcomm") if "[" in text]
+    assert not eaten, eaten

@@ -17,6 +17,7 @@ import pytest
 from conftest import run_mpi
 from gpu_support import gpu_count, needs_gpus
 from gridcomm.apps.mpdata import MeshTables, node_edge_table, setup_mpdata
+from gridcomm.apps.mpdata.cuda_kernels import edge_codes, run_start
 from gridcomm.bench.mpdata import kernel_bytes
 from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
 
@@ -185,3 +186,23 @@ def test_gpu_two_ranks_on_two_gpus_run_nccl():
     assert gpu_count() >= 2
     rc, out = run_mpi(2, [str(PROGRAM), "O64", "6", "2", "--gpu"], timeout=600)
     assert rc == 0 and "MPDATA-RANKS OK 2" in out, out[-6000:]
+
+
+def test_edge_codes_fold_each_slots_sign_into_its_edge():
+    """mpdata.cu decodes a slot as (code >> 2, tag 1: +1, tag 2: -1, tag 0: padding, sign 0)."""
+    edge_tab = np.array([[0, 5], [7, 5]])
+    sign_tab = np.array([[1.0, -1.0], [-1.0, 0.0]])
+    codes = edge_codes(edge_tab, sign_tab)
+    assert (codes >> 2 == edge_tab).all()
+    tags = codes & 3
+    assert (np.select([tags == 1, tags == 2], [1.0, -1.0], 0.0) == sign_tab).all()
+    with pytest.raises(ValueError, match="2\\^29"):
+        edge_codes(np.array([[2**29]]), np.array([[1.0]]))
+
+
+def test_run_start_finds_one_contiguous_run_only():
+    assert run_start(np.arange(4, 9)) == 4
+    assert run_start(np.array([3])) == 3
+    assert run_start(np.array([1, 2, 4])) == -1
+    assert run_start(np.array([2, 1, 0, 3])) == -1  # same span, not ascending
+    assert run_start(np.array([], int)) == -1

@@ -241,6 +241,27 @@ def test_read_only_field_is_refused(decompose):
         pytest.fail(f"HaloExchanger accepted a read-only field with transport {transport!r}")
 
 
+def test_jax_arrays_are_refused_as_immutable(decompose):
+    """DLPack lends JAX's memory out (on the GPU with no read-only flag), but a JAX array must never change
+    under JAX's feet: the exchanger and the transposer refuse it and say what to do instead."""
+    jnp = pytest.importorskip("jax.numpy")
+    d = decompose((6, 5), halo=1, periodic=True)
+    with pytest.raises(FieldError, match=r"field 0 is a JAX array, which is immutable.*jax\.dlpack"):
+        HaloExchanger(d, jnp.zeros(d.local_shape))
+    box = gridcomm.Box((0,), (4,))
+    with pytest.raises(FieldError, match="destination 0 is a JAX array"):
+        gridcomm.Transposer(None, {0: box}, {0: box}, np.zeros(4, np.float32), jnp.zeros(4, jnp.float32))
+
+
+def test_gather_accepts_torch_tensors(decompose):
+    """The exchanger takes torch tensors; gather must too (it read them with CuPy's .get() before)."""
+    torch = pytest.importorskip("torch")
+    d = decompose((6, 5), halo=1, periodic=True)
+    local = torch.arange(np.prod(d.local_shape), dtype=torch.float64).reshape(d.local_shape)
+    whole = d.gather(local)
+    assert np.array_equal(whole, local.numpy()[d.interior_slices])
+
+
 def test_misuse_of_the_exchanger(decompose):
     d = decompose((6, 5), halo=1, periodic=True)
     ex = HaloExchanger(d, d.zeros())

@@ -222,6 +222,7 @@ def test_benchmark_rows_and_plot(tmp_path):
     for r in rows:
         assert r["device"] == "cpu" and r["ranks"] == 1 and r["steps_per_sample"] % 2 == 0
         assert r["time_per_step_s"] > 0 and r["no_exchange_s"] > 0 and r["min_s"] <= r["time_per_step_s"]
+        assert r["joules_per_step"] is None and "GPUs only" in r["energy_why"]  # NVML has no CPU counter
     assert rows[2]["seed_traditional_us"] == SEED_004_US[64][0] and rows[2]["seed_persistent_us"] == SEED_004_US[64][1]
     assert rows[0]["seed_traditional_us"] is None and rows[0]["over_seed_traditional"] is None
     png = plot_stencil2d({"results": rows}, tmp_path / "stencil2d.png")
@@ -289,3 +290,5 @@ def test_gpu_benchmark_times_every_mode():
     rows = benchmark_stencil2d(None, (64, 512), xp=cupy, samples=3, min_sample_s=0.005)
     assert [r["mode"] for r in rows] == ["traditional", "overlapped", "graph"] * 2
     assert all(r["device"] == "gpu" and 0 < r["time_per_step_s"] < 0.1 for r in rows)
+    # J per step from NVML's counter over a region of at least a second, at a plausible power
+    assert all(r["joules_per_step"] > 0 and 50 < r["watts"] < 2000 for r in rows), rows

@@ -121,8 +121,26 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
     return dt
 
 
+def check_writable(obj: Any, a: Any, what: str, written: str) -> None:
+    """FieldError unless ``a`` (``obj`` as viewed by :func:`as_array`) may be written: NumPy's read-only flag,
+    and JAX arrays, which are immutable although DLPack hands out views of their memory (CuPy's views of
+    them have no read-only flag). ``written`` says what gridcomm would write, e.g. ``"received halos"``."""
+    if type(obj).__module__.split(".")[0] in ("jax", "jaxlib"):
+        raise FieldError(
+            f"{what} is a JAX array, which is immutable, but {written} are written into it; exchange a NumPy or "
+            "CuPy buffer of your own and view it in JAX with jax.dlpack.from_dlpack (see examples/jax_step.py)"
+        )
+    if not getattr(a.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+        raise FieldError(
+            f"{what} is read-only (flags.writeable is False), but {written} are written into it; pass a "
+            "writable array (e.g. a copy)"
+        )
+
+
 def to_host(a: Any) -> np.ndarray:
-    """A NumPy copy (or the array itself) of a NumPy or CuPy array."""
+    """A NumPy copy (or the array itself) of a NumPy or CuPy array, or of anything :func:`as_array` views
+    (a torch tensor, a JAX array)."""
+    a = as_array(a, "the array")
     if isinstance(a, np.ndarray):
         return a
     return a.get()
@@ -137,7 +155,10 @@ def resolve_array_module(xp: Any, error: type[Exception] = ValueError) -> types.
         return resolve_array_module("cupy" if gpu_count() else "numpy", error)
     name = xp if isinstance(xp, str) else xp.__name__ if isinstance(xp, types.ModuleType) else None
     if name not in ("numpy", "cupy"):
-        raise error(f"xp={xp!r}: pass the array module, numpy (CPU) or cupy (GPU)")
+        raise error(
+            f"xp={xp!r}: pass the array module, numpy (CPU) or cupy (GPU); arrays of torch or JAX are made with "
+            "those libraries (shape: the decomposition's local_shape) and handed to gridcomm as they are"
+        )
     if name == "numpy":
         return np
     cupy = cupy_or_none()

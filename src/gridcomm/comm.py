@@ -104,7 +104,7 @@ def give_up(error: GridcommTimeout, mpi_comm: Any, on_timeout: str) -> NoReturn:
 
 def rendezvous(mpi_comm: Any, operation: str, timeout: float, on_timeout: str) -> None:
     """Collective: wait until every rank of ``mpi_comm`` has reached ``operation`` (a non-blocking barrier,
-    polled), or give up after ``timeout`` seconds (see :func:`give_up`). Called before the blocking
+    polled), or give up after ``timeout`` seconds (see ``give_up``). Called before the blocking
     collectives of a constructor, so that a rank that never comes ends in a timeout instead of a hang.
 
     After a timeout with ``on_timeout="raise"`` the barrier is still posted: the communicator is not fit for
@@ -234,7 +234,7 @@ class Communicator:
 
     def rendezvous(self, operation: str) -> None:
         """Collective: wait until every rank has reached ``operation`` (e.g. "HaloExchanger()"), at most the
-        communicator's timeout, then act on ``on_timeout`` (see :func:`rendezvous`)."""
+        communicator's timeout, then act on ``on_timeout`` (see ``rendezvous``)."""
         rendezvous(self.mpi, operation, self.timeout, self.on_timeout)
 
     @classmethod
@@ -261,7 +261,7 @@ class Communicator:
 
     @functools.cached_property
     def cuda_aware(self) -> bool:
-        """Whether device buffers may be handed to this MPI (see :func:`mpi_cuda_aware`)."""
+        """Whether device buffers may be handed to this MPI (see ``mpi_cuda_aware``)."""
         return mpi_cuda_aware()
 
     @functools.cached_property

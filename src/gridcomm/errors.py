@@ -32,6 +32,10 @@ class TransportError(GridcommError, RuntimeError):
     """A transport cannot be used for these fields on this machine (e.g. device memory, MPI not CUDA-aware)."""
 
 
+class DeviceError(GridcommError, RuntimeError):
+    """A GPU was asked for where none is usable: no CUDA device visible to the rank, or CuPy not installed."""
+
+
 class PatternError(GridcommError, ValueError):
     """Ranks disagree about an exchange: message sizes, field lists or indices do not match."""
 
@@ -45,7 +49,7 @@ class GridcommTimeout(GridcommError, TimeoutError):
     """A rank waited longer than its timeout for peers that never answered.
 
     Attributes:
-        operation: what was being waited for, e.g. ``"halo exchange #3 (HaloExchanger 1)"``.
+        operation: what was being waited for, e.g. ``"halo exchange #3 (exchanger tag 0, 1 field(s))"``.
         rank: the rank that waited.
         peers: the ranks it had not heard from.
         elapsed: seconds waited.

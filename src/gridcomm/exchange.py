@@ -1,8 +1,8 @@
 """Halo exchange: a pattern, its fields, a packer and a transport bound into a reusable, asynchronous step.
 
-:class:`BoundExchange` is that binding for any pattern whose sends are read from source arrays and whose
-receives are written into destination arrays; :class:`HaloExchanger` is the case destination = source, and
-:class:`gridcomm.transpose.Transposer` (all-to-all(v)) the case of separate destinations.
+``BoundExchange`` is that binding for any pattern whose sends are read from source arrays and whose
+receives are written into destination arrays; ``HaloExchanger`` is the case destination = source, and
+``Transposer`` (all-to-all(v)) the case of separate destinations.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
 
-from .arrays import array_module, as_array, check_dtype, is_device_array, memory_order
+from .arrays import array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
 from .comm import Communicator, check_on_timeout, check_timeout, gather_or_raise, give_up
 from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeout, PatternError, TransportError
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
@@ -141,7 +141,7 @@ def check_on_current_gpu(rank: int, named: Sequence[tuple[str, Any]]) -> None:
 
 class BoundExchange:
     """A pattern, its fields, a packer and a transport bound into a reusable, asynchronous step: what
-    :class:`HaloExchanger` and :class:`~gridcomm.transpose.Transposer` share.
+    ``HaloExchanger`` and ``Transposer`` share.
 
     Sends are read from ``sources`` and receives written into ``destinations`` (field i of one into field i
     of the other; the same list for a halo exchange). What a rank sends itself is copied source box to
@@ -538,9 +538,5 @@ class HaloExchanger(BoundExchange):
                 f"are {expected}{more}; allocate fields with decomposition.empty(dtype) / zeros(dtype)"
             )
         memory_order(f, what)  # raises for a strided view
-        if not getattr(f.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
-            raise FieldError(
-                f"{what} is read-only (flags.writeable is False), but received halos are written into it; "
-                "pass a writable array (e.g. a copy)"
-            )
+        check_writable(self._raw[i], f, what, "received halos")
         return dtype.str, _compatible_orders(f), shape[len(expected) :]

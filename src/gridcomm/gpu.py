@@ -8,6 +8,7 @@ from typing import Any
 
 from .arrays import cupy_or_none
 from .comm import Communicator
+from .errors import DeviceError
 
 
 def gpu_count() -> int:
@@ -27,7 +28,7 @@ def use_local_gpu(comm: Communicator | None = None) -> int:
     comm = Communicator.wrap(comm)
     count = gpu_count()
     if count == 0:
-        raise RuntimeError("no CUDA GPU is visible to this rank (or CuPy is missing: pip install 'gridcomm[gpu]')")
+        raise DeviceError("no CUDA GPU is visible to this rank (or CuPy is missing: pip install 'gridcomm[gpu]')")
     device = comm.local_rank % count
     cupy_or_none().cuda.Device(device).use()
     return device

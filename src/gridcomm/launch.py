@@ -19,8 +19,8 @@ def under_launcher() -> bool:
 
 
 def find_mpiexec() -> str:
-    """The mpiexec that matches mpi4py's MPI: the one beside this Python first (the venv's, from the
-    ``mpich`` wheel), then ``GRIDCOMM_MPIEXEC``, then mpiexec or mpirun on PATH."""
+    """The mpiexec that matches mpi4py's MPI: ``GRIDCOMM_MPIEXEC`` when set (the user's choice wins), then the
+    one beside this Python (the venv's, from the ``mpich`` wheel), then mpiexec or mpirun on PATH."""
     beside = Path(sys.executable).parent / "mpiexec"
     candidates = [
         os.environ.get("GRIDCOMM_MPIEXEC"),

@@ -19,14 +19,17 @@ class Box:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Points per axis (``stop - start``)."""
         return tuple(b - a for a, b in zip(self.start, self.stop, strict=True))
 
     @property
     def size(self) -> int:
+        """Points in the box."""
         return math.prod(self.shape)
 
     @property
     def slices(self) -> tuple[slice, ...]:
+        """The box as an index of its array: ``a[box.slices]``."""
         return tuple(slice(a, b) for a, b in zip(self.start, self.stop, strict=True))
 
 
@@ -44,6 +47,7 @@ class Rows:
 
     @property
     def size(self) -> int:
+        """Rows selected."""
         return len(self.index)
 
 

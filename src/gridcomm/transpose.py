@@ -1,6 +1,6 @@
 """All-to-all(v) transpositions: blocks of source arrays sent to every rank, landing in destination arrays.
 
-A :class:`Transposer` is a :class:`~gridcomm.exchange.BoundExchange` whose pattern comes from a plan of blocks
+A ``Transposer`` is a ``BoundExchange`` whose pattern comes from a plan of blocks
 (which box of the sources goes to which rank, where each rank's blocks land in the destinations) instead of a
 decomposition's halos, and whose receives are written into other arrays than its sends are read from. It
 runs on the same packers and transports as the halo exchanger: one message per peer carrying every field,
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import as_array, check_dtype, cupy_or_none, memory_order
+from .arrays import as_array, check_dtype, check_writable, cupy_or_none, memory_order
 from .comm import Communicator
 from .errors import FieldError, PatternError
 from .exchange import (
@@ -146,7 +146,7 @@ class Transposer(BoundExchange):
     rank if any rank finds a problem (bad boxes, sizes that disagree between two ranks, mismatched fields).
 
     Args:
-        comm: an mpi4py communicator, a :class:`~gridcomm.Communicator`, or None for COMM_WORLD.
+        comm: an mpi4py communicator, a ``Communicator``, or None for COMM_WORLD.
         send: ``{peer rank: Box or sequence of Boxes}`` of the source arrays to send to that rank; the blocks
             of a peer are sent in the order given, each in the fields' memory order (C: last axis fastest).
         recv: ``{peer rank: Box or sequence of Boxes}`` of the destination arrays where that rank's blocks
@@ -303,11 +303,7 @@ class Transposer(BoundExchange):
                     f"source {i} is {'C' if src.flags.c_contiguous else 'Fortran'}-ordered but destination {i} is "
                     "not; give them one memory order (np.ascontiguousarray / np.asfortranarray)"
                 )
-            if not getattr(dst.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
-                raise FieldError(
-                    f"destination {i} is read-only (flags.writeable is False), but received blocks are written "
-                    "into it; pass a writable array"
-                )
+            check_writable(d, dst, f"destination {i}", "received blocks")
             sources.append(src)
             destinations.append(dst)
             rows.append((src_dtype.str, orders, ()))

@@ -17,6 +17,9 @@ from typing import Any
 
 from ..comm import Communicator
 
+#: The least duration of a region whose energy is reported, seconds: NVML's counter then advances many times.
+ENERGY_REGION_S = 1.0
+
 
 @dataclass(frozen=True)
 class Energy:

@@ -15,19 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from ..apps.mpdata.cuda_kernels import PHASES
+from ..apps.mpdata.cuda_kernels import PHASES, run_start
 from ..apps.mpdata.driver import setup_mpdata
 from ..apps.mpdata.tables import INNER, OUTER, MeshTables
 from ..comm import Communicator
 from ..grids.mesh import MedianDualMesh
 from .ceilings import time_gpu
-from .energy import EnergyMeter
+from .energy import ENERGY_REGION_S, EnergyMeter
 
 #: Transports of ``bench mpdata --gpu`` by default: no exchange (one rank), the GPU transports, and the seed's
 #: baseline (whole fields through the host).
 TRANSPORTS = ("none", "ipc", "nccl", "staged", "host")
 CHECK_STEPS = 5  # steps before the checksum that every configuration of a grid must agree on
-ENERGY_REGION_S = 1.0  # at least this long, so that NVML's counter advances many times
 INDEX_BYTES, VALUE_BYTES = 4, 8
 
 
@@ -52,32 +51,32 @@ def _edges(t: MeshTables, positions: np.ndarray) -> int:
 
 def kernel_bytes(t: MeshTables, phase: str, positions: np.ndarray, limit: bool = True) -> int:
     """The fewest bytes that ``phase`` over ``positions`` (update positions; local edges for ``fluxes``) must
-    move (see the module's docstring)."""
+    move (see the module's docstring), with the tables as mpdata.cu reads them: a list entry only where the
+    positions are not one run, a slot's edge (its sign folded in) and other node, per-edge data once."""
     n, value, index = len(positions), VALUE_BYTES, INDEX_BYTES
     if not n:
         return 0
     levels, degree = t.levels, t.degree
-    per_node_table = 2 * index + value + degree * (2 * index + value)  # list entry, update node, dt/A, slots
-    if phase == "fluxes":  # psi1 and grad (3) at the edges' ends; one flux per edge out; |V|, dt V, wind (3)
+    listed = 0 if run_start(positions) >= 0 else n * index
+    if phase == "fluxes":  # psi1 and grad (3) at the edges' ends; one flux per edge out; ends, |V|, dt V, wind (3)
         ends = _count(np.concatenate([t.edge_i[positions], t.edge_j[positions]]), t.n_local)
-        return value * (4 * ends + n) * levels + n * (3 * index + 5 * value)
+        return value * (4 * ends + n) * levels + listed + n * (2 * index + 5 * value)
     near, edges = _neighbourhood(t, positions), _edges(t, positions)
-    if phase == "upwind":  # psi around; psi1 out; V+ and V- per edge
-        fields = (near + n) * levels
-        edge_data = edges * 2 * value
-    elif phase == "gradient":  # psi1 around; 3 gradient components out; normals by slot, area, radial
-        fields = (near + 3 * n) * levels
-        per_node_table = degree * (index + 3 * value) + 4 * value
-        edge_data = 0
+    halo_positions = int(np.count_nonzero(positions >= t.n_owned))
+    per_node_table = degree * 2 * index  # each slot's edge and other node
+    node_data = n * value + halo_positions * index  # dt/A; the local node of a halo position
+    if phase == "upwind":  # psi around; psi1 out; V per edge
+        fields, edge_data = (near + n) * levels, edges * value
+    elif phase == "gradient":  # psi1 around; 3 gradient components out; face normals per edge; area, radial
+        fields, edge_data = (near + 3 * n) * levels, edges * 3 * value
+        node_data = n * 4 * value
     elif phase == "bounds":  # psi, psi1 around, the fluxes of the node's edges; beta up and down out
-        fields = (2 * near + edges + 2 * n) * levels
-        edge_data = 0
+        fields, edge_data = (2 * near + edges + 2 * n) * levels, 0
     elif phase == "corrective":  # psi1, the fluxes and, limited, both betas around; psi out
-        fields = ((2 * near if limit else 0) + edges + 2 * n) * levels
-        edge_data = 0
+        fields, edge_data = ((2 * near if limit else 0) + edges + 2 * n) * levels, 0
     else:
         raise ValueError(f"unknown phase {phase!r}")
-    return value * fields + n * per_node_table + edge_data
+    return value * fields + listed + n * per_node_table + node_data + edge_data
 
 
 def phase_positions(t: MeshTables, key: tuple[str, str]) -> np.ndarray:

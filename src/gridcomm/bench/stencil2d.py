@@ -4,7 +4,8 @@ figures of the NVSHMEM stencil study (seed 004) that it reproduces.
 For every n (points per rank side) and every mode, ``benchmark_stencil2d`` measures the time per step of
 ``Stencil2D`` and, in the same run, the same update on the same rank with no exchange at all (the compute ceiling:
 what the step would cost if moving halos were free). Each row also carries the seed's two figures for that domain
-size (time per step of its "traditional" code and of its persistent kernel), typed in below with their source.
+size (time per step of its "traditional" code and of its persistent kernel), kept with their source in
+gridcomm.bench.seeds.
 """
 
 from __future__ import annotations
@@ -21,32 +22,11 @@ import numpy as np
 from ..apps.stencil2d import CPU_MODES, MODES, Stencil2D
 from ..apps.stencil2d.config import check_mode, resolve_xp
 from ..comm import Communicator
-from ..transports import Transport
+from ..transports import Transport, choose
+from .energy import ENERGY_REGION_S, EnergyMeter
+from .seeds import SEED_004_SOURCE, SEED_004_US, seed_reference
 
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-
-#: Where SEED_004_US comes from.
-SEED_004_SOURCE = (
-    "seed 004 (../shared/seeds/004_3e68e1a67c503253.txt), NVIDIA's NVSHMEM case study, 'simplified 2dstencil "
-    "example': time per step [µs] against domain size per GPU; 4 processes, 1 process per GPU (4 K40m GPUs on "
-    "one Xeon E5-2690 socket, PLX switches), ghost width 1, boundary 16, 512 threads per block, 15 blocks"
-)
-#: Domain size per GPU -> (traditional, persistent kernel), time per step in µs, as printed in seed 004's table.
-SEED_004_US: dict[int, tuple[float, float]] = {
-    64: (195.33, 13.88),
-    128: (193.7, 21.32),
-    256: (193.18, 39.77),
-    512: (220.28, 132.61),
-    1024: (375.8, 389.65),
-    2048: (1319.74, 1312.59),
-    4096: (5299.23, 4776.31),
-    8192: (21480.32, 18394.88),
-}
-
-
-def seed_reference() -> list[dict[str, Any]]:
-    """The seed's table as rows: n, traditional_us, persistent_kernel_us."""
-    return [{"n": n, "traditional_us": t, "persistent_kernel_us": p} for n, (t, p) in sorted(SEED_004_US.items())]
 
 
 class _Clock:
@@ -72,6 +52,22 @@ class _Clock:
         self._end.synchronize()
         sim.synchronize()  # reports a GPU-side timeout of a replayed graph
         return sim.xp.cuda.get_elapsed_time(self._begin, self._end) / 1e3
+
+
+NO_ENERGY_ON_CPU = {"joules_per_step": None, "watts": None, "energy_why": "NVML meters GPUs only"}
+
+
+def energy_per_step(sim: Stencil2D, step_s: float) -> dict[str, Any]:
+    """Collective: joules per step of the GPUs used (and their power, W) over a region of at least
+    ENERGY_REGION_S of steps, or None figures and why."""
+    steps = max(4, math.ceil(ENERGY_REGION_S / max(step_s, 1e-7)))
+    steps += steps % 2  # graph mode replays two-step graphs
+    with EnergyMeter(sim.comm) as meter:
+        sim.step(steps)
+        sim.synchronize()
+    energy = meter.result
+    assert energy is not None
+    return {"joules_per_step": energy.per(steps), "watts": energy.watts, "energy_why": energy.why}
 
 
 def time_steps(
@@ -127,7 +123,8 @@ def benchmark_stencil2d(
     Args:
         comm: a gridcomm Communicator, an mpi4py communicator, or None (COMM_WORLD).
         sizes: points per rank side (the seed's "domain size per GPU").
-        modes: modes to time; None: every mode the device runs (traditional, overlapped, and graph on the GPU).
+        modes: modes to time; None: every mode the device runs (traditional, overlapped, and on the GPU graph
+            where the transport can be captured: ipc, nccl).
         xp: numpy, cupy (or their names); None: cupy when a GPU is usable, else numpy.
         dtype, transport: as for Stencil2D.
         samples, min_sample_s: samples per figure (median reported) and the least duration of one, seconds.
@@ -146,7 +143,10 @@ def benchmark_stencil2d(
     comm = Communicator.wrap(comm)
     module = resolve_xp(xp)
     on_gpu = module.__name__ == "cupy"
-    modes = list(modes) if modes is not None else list(MODES if on_gpu else CPU_MODES)
+    if modes is None:  # graph mode only where the transport's exchange can be captured (ipc, nccl)
+        capturable = on_gpu and choose(transport, comm, on_device=True).graph_capturable
+        modes = MODES if capturable else CPU_MODES
+    modes = list(modes)
     for mode in modes:
         check_mode(mode, on_gpu)
     rows: list[dict[str, Any]] = []
@@ -160,6 +160,7 @@ def benchmark_stencil2d(
         for mode in modes:
             with Stencil2D(comm, n, dtype, module, mode, transport) as sim:
                 timing = time_steps(sim, samples, min_sample_s)
+                energy = energy_per_step(sim, timing["median_s"]) if on_gpu else NO_ENERGY_ON_CPU
                 sent = comm.mpi.allreduce(sim.bytes_per_step, op=MPI.MAX)
                 seed = SEED_004_US.get(int(n))
                 t = timing["median_s"]
@@ -185,6 +186,7 @@ def benchmark_stencil2d(
                         "seed_persistent_us": seed[1] if seed else None,
                         "over_seed_traditional": t * 1e6 / seed[0] if seed else None,
                         "over_seed_persistent": t * 1e6 / seed[1] if seed else None,
+                        **energy,
                     }
                 )
             done += 1

@@ -139,8 +139,8 @@ def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
 @bench_app.command("p2p")
 def bench_p2p(
     nprocs: NpOption = 2,
-    smallest: Annotated[int, typer.Option(help="Smallest message [bytes].")] = 8,
-    largest: Annotated[int, typer.Option(help="Largest message [bytes].")] = 256 << 20,
+    smallest: Annotated[int, typer.Option(help="Smallest message (bytes).")] = 8,
+    largest: Annotated[int, typer.Option(help="Largest message (bytes).")] = 256 << 20,
     samples: SamplesOption = 7,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
@@ -151,8 +151,8 @@ def bench_p2p(
 @bench_app.command("alltoall")
 def bench_alltoall(
     nprocs: NpOption = 2,
-    smallest: Annotated[int, typer.Option(help="Smallest block per peer [bytes].")] = 8,
-    largest: Annotated[int, typer.Option(help="Largest block per peer [bytes].")] = 256 << 20,
+    smallest: Annotated[int, typer.Option(help="Smallest block per peer (bytes).")] = 8,
+    largest: Annotated[int, typer.Option(help="Largest block per peer (bytes).")] = 256 << 20,
     samples: SamplesOption = 7,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
@@ -235,7 +235,7 @@ def bench_stencil2d(
     if on_gpu:
         use_local_gpu(comm)
     size_list = int_list(sizes, "--sizes")
-    modes = None if on_gpu and transport != "staged" else list(CPU_MODES)  # graphs need a capturable transport
+    modes = None if on_gpu else list(CPU_MODES)  # on the GPU: graph mode too where the transport can be captured
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("stencil2d cases", total=None)
         rows = benchmark_stencil2d(
@@ -256,10 +256,12 @@ def bench_stencil2d(
                 f"{r['over_no_exchange']:.2f}x",
                 "-" if r["seed_traditional_us"] is None else f"{r['seed_traditional_us']:.1f}",
                 "-" if r["seed_persistent_us"] is None else f"{r['seed_persistent_us']:.1f}",
+                "-" if r["joules_per_step"] is None else f"{r['joules_per_step'] * 1e3:.3f}",
             ]
             for r in rows
         ]
-        columns = ["n", "mode", "step (µs)", "no exchange (µs)", "ratio", "seed trad. (µs)", "seed persistent (µs)"]
+        columns = ["n", "mode", "step (µs)", "no exchange (µs)", "ratio", "seed trad. (µs)", "seed persistent (µs)",
+                   "mJ/step"]  # fmt: skip
         console.print(table(f"2-D Jacobi step on {comm.size} rank(s), transport {transport}", columns, body))
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
@@ -269,10 +271,11 @@ def bench_stencil2d(
 def bench_mpdata(
     nprocs: NpOption = 4,
     grids: Annotated[
-        str | None, typer.Option(help="Octahedral grids, comma-separated [O24,O48,O96; --gpu: O640,O1024,O1280].")
+        str | None,
+        typer.Option(help="Octahedral grids, comma-separated (default O24,O48,O96; --gpu: O640,O1024,O1280)."),
     ] = None,
     levels: Annotated[
-        str | None, typer.Option(help="Vertical level counts, comma-separated [1,16; --gpu: 32].")
+        str | None, typer.Option(help="Vertical level counts, comma-separated (default 1,16; --gpu: 32).")
     ] = None,
     steps: Annotated[int, typer.Option(help="CPU: timed steps per case (median reported).")] = 20,
     gpu: GpuOption = False,
@@ -334,11 +337,6 @@ def _bench_mpdata_cpu(comm: Any, grid_list: list[str], level_list: list[int], st
         console.print(f"results: {path}")
 
 
-#: The seed's MPDATA on one V100 (1024 case): the step without and with its halo exchange, host-staged, and its
-#: energy per step on 1 to 8 GPUs.
-SEED_MPDATA = {"no_exchange_s": 0.0214, "exchange_s": 0.0216, "host_staged_s": 0.0835, "joules_per_step": (4.0, 5.0)}
-
-
 def _bench_mpdata_gpu(
     comm: Any, grid_list: list[str], level_list: list[int], transport_list: list[str], compare: list[Path], out: Path
 ) -> None:
@@ -349,6 +347,7 @@ def _bench_mpdata_gpu(
     from ..bench.mpdata import benchmark_case, mark_overheads
     from ..bench.mpdata_plot import plot_mpdata
     from ..bench.results import write_results
+    from ..bench.seeds import SEED_MPDATA
     from ..gpu import gpus_in_use, use_local_gpu
     from ..grids.mesh import MedianDualMesh
 
@@ -438,7 +437,7 @@ def bench_spectral(
         bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
     ] = True,
     fft_streams: Annotated[
-        int | None, typer.Option(help="With --gpu: CUDA streams the row FFTs are spread over [default: 4].")
+        int | None, typer.Option(help="With --gpu: CUDA streams the row FFTs are spread over (default 4).")
     ] = None,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:

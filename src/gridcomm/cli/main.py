@@ -16,6 +16,7 @@ from ..launch import find_mpiexec, run_under_mpiexec, under_launcher
 from .apps import APPS, apps_app
 from .bench import bench_app
 from .common import NpOption, console, ranks_or_relaunch
+from .report import report
 
 app = typer.Typer(
     add_completion=False,
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 app.add_typer(apps_app, name="app")  # what `gridcomm run APP` runs on every rank
+app.command("report")(report)
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..arrays import check_dtype, to_host
+from ..arrays import check_dtype, resolve_array_module, to_host
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, DecompositionError, FieldError
 from ..pattern import Box, Pattern, PeerPlan
@@ -93,7 +93,7 @@ class CartesianDecomposition:
     MPI_Cart_create without reordering). Local arrays are the owned interior plus ``halo`` points on each side.
 
     Args:
-        comm: a :class:`~gridcomm.Communicator`, an mpi4py communicator or None (COMM_WORLD).
+        comm: a ``Communicator``, an mpi4py communicator or None (COMM_WORLD).
         global_shape: points of the whole grid per dimension (1 to 3 dimensions).
         halo: ghost-point width: one int, one int per dimension, or (low, high) per dimension,
             e.g. ``((2, 1), (1, 1), (0, 0))``.
@@ -207,11 +207,15 @@ class CartesianDecomposition:
 
     def empty(self, dtype: Any = np.float64, xp: Any = np, order: Literal["C", "F"] = "C") -> Any:
         """An uninitialised local array (interior plus halo) of ``dtype`` from array module ``xp``."""
-        return xp.empty(self.local_shape, dtype=check_dtype(dtype, "the array"), order=order)
+        return resolve_array_module(xp, ArgumentTypeError).empty(
+            self.local_shape, dtype=check_dtype(dtype, "the array"), order=order
+        )
 
     def zeros(self, dtype: Any = np.float64, xp: Any = np, order: Literal["C", "F"] = "C") -> Any:
         """A zero-filled local array (interior plus halo)."""
-        return xp.zeros(self.local_shape, dtype=check_dtype(dtype, "the array"), order=order)
+        return resolve_array_module(xp, ArgumentTypeError).zeros(
+            self.local_shape, dtype=check_dtype(dtype, "the array"), order=order
+        )
 
     @property
     def interior_slices(self) -> tuple[slice, ...]:
@@ -287,7 +291,9 @@ class CartesianDecomposition:
         send = [sendbuf, counts, MPI.BYTE] if self.comm.rank == root else None
         self.comm.mpi.Scatterv(send, [block.view(np.uint8), MPI.BYTE], root=root)
         local = self.zeros(dtype, xp=xp, order=order)
-        local[self.interior_slices] = xp.asarray(block.reshape(self.interior_shape))
+        local[self.interior_slices] = resolve_array_module(xp, ArgumentTypeError).asarray(
+            block.reshape(self.interior_shape)
+        )
         return local
 
     def _interior_shape_of(self, rank: int) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..arrays import as_array, check_dtype, is_device_array, to_host
+from ..arrays import as_array, check_dtype, is_device_array, resolve_array_module, to_host
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, DecompositionError, FieldError, GridcommError
 from ..pattern import Pattern, PeerPlan, Rows
@@ -89,7 +89,7 @@ class UnstructuredDecomposition:
     the order given, then the halo ids in the order given; any trailing axes (levels) travel with each row.
 
     Args:
-        comm: a :class:`~gridcomm.Communicator`, an mpi4py communicator or None (COMM_WORLD).
+        comm: a ``Communicator``, an mpi4py communicator or None (COMM_WORLD).
         owned_global_ids: the ids this rank owns (unique over all ranks).
         halo_global_ids: the ids this rank keeps copies of (owned by other ranks, unique here).
     """
@@ -187,14 +187,18 @@ class UnstructuredDecomposition:
     ) -> Any:
         """An uninitialised local array: ``(n_local,)``, or ``(n_local, levels)`` with ``levels``."""
         shape = (self.n_local,) if levels is None else (self.n_local, levels)
-        return xp.empty(shape, dtype=check_dtype(dtype, "the array"), order=order)
+        return resolve_array_module(xp, ArgumentTypeError).empty(
+            shape, dtype=check_dtype(dtype, "the array"), order=order
+        )
 
     def zeros(
         self, dtype: Any = np.float64, levels: int | None = None, xp: Any = np, order: Literal["C", "F"] = "C"
     ) -> Any:
-        """A zero-filled local array (see :meth:`empty`)."""
+        """A zero-filled local array (see ``empty``)."""
         shape = (self.n_local,) if levels is None else (self.n_local, levels)
-        return xp.zeros(shape, dtype=check_dtype(dtype, "the array"), order=order)
+        return resolve_array_module(xp, ArgumentTypeError).zeros(
+            shape, dtype=check_dtype(dtype, "the array"), order=order
+        )
 
     def owned(self, a: Any) -> Any:
         """View of the owned rows of local array ``a``."""
@@ -236,7 +240,7 @@ class UnstructuredDecomposition:
             parts = [g[rank_ids] for rank_ids in ids]
         mine = self.comm.mpi.scatter(parts, root=root)
         local = self.zeros(mine.dtype, None if mine.ndim == 1 else mine.shape[1], xp=xp, order=order)
-        local[: self.n_owned] = xp.asarray(mine)
+        local[: self.n_owned] = resolve_array_module(xp, ArgumentTypeError).asarray(mine)
         return local
 
     def __repr__(self) -> str:

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from .gauss import gauss_legendre_colatitudes
 from .spherical import lonlat_to_xyz
 
 _NAME = re.compile(r"^[Oo](\d+)$")
@@ -53,11 +54,11 @@ class OctahedralGrid:
     def __init__(self, n: int | str) -> None:
         self.N: int = parse_grid_name(n)
         self.name = f"O{self.N}"
-        x, w = np.polynomial.legendre.leggauss(2 * self.N)  # x = sin(lat), south to north
-        x = 0.5 * (x - x[::-1])  # exact north-south symmetry (roots come in +- pairs)
-        w = 0.5 * (w + w[::-1])
-        self.latitudes: np.ndarray = np.arcsin(x[::-1])
-        self.weights: np.ndarray = w[::-1].copy()
+        # The Gauss-Legendre rule of 2N nodes, north to south (numpy's leggauss loses 2e-8 of the weights at O640)
+        colatitudes, weights = gauss_legendre_colatitudes(2 * self.N)
+        north = 0.5 * np.pi - colatitudes[: self.N]
+        self.latitudes: np.ndarray = np.concatenate([north, -north[::-1]])  # exactly antisymmetric
+        self.weights: np.ndarray = weights
         i = np.arange(1, self.N + 1)
         half = 20 + 4 * (i - 1)
         self.nlon: np.ndarray = np.concatenate([half, half[::-1]]).astype(np.int64)

@@ -1,7 +1,7 @@
 """The one small interface every transport implements.
 
-A :class:`Transport` is a choice (with its options) that can tell whether it works here and binds to one
-exchange's messages; the bound :class:`Channel` moves those messages, again and again, with nothing
+A ``Transport`` is a choice (with its options) that can tell whether it works here and binds to one
+exchange's messages; the bound ``Channel`` moves those messages, again and again, with nothing
 allocated per exchange.
 """
 

@@ -16,9 +16,21 @@ from ...gpu import package_kernel
 from .tables import INNER, OUTER, MeshTables
 
 SOURCE = "mpdata.cu"
-THREADS = 256  # per block
+THREADS = 256  # per block (mpdata.cu's THREADS)
 LEVELS_PER_THREAD = 2  # the default where the level count is even (see choose_levels_per_thread)
+#: Blocks of THREADS per SM that a kernel's register allocation must allow (__launch_bounds__; 1 where absent), by
+#: (levels per thread, kernel): the fastest of 1, 4, 5 and 6 for each kernel on one H200 at O1280 x 32 levels
+#: (benchmarks/tune_mpdata.py, results tune-mpdata-gpu-1r-20261123T193408Z). Fewer registers and more resident
+#: warps hide the gathers' latency (corrective: 8.50 ms as compiled, 5.09 ms at 6 blocks; bounds 6.89 -> 5.23 ms
+#: at 4), down to where spills cost more (bounds at 6: 6.62 ms); the fluxes kernel gains nothing (5.65 / 5.64 ms).
+MIN_BLOCKS_PER_SM: dict[tuple[int, str], int] = {
+    (2, "upwind"): 4,
+    (2, "gradient"): 4,
+    (2, "bounds"): 4,
+    (2, "corrective"): 6,
+}
 PHASES = ("upwind", "gradient", "fluxes", "bounds", "corrective")
+SIGN_TAGS = {1.0: 1, -1.0: 2, 0.0: 0}  # mpdata.cu's edge table: edge * 4 + the tag of the slot's sign
 
 
 def choose_levels_per_thread(levels: int, asked: int | None = None) -> int:
@@ -34,8 +46,29 @@ def choose_levels_per_thread(levels: int, asked: int | None = None) -> int:
 def mpdata_function(name: str, levels_per_thread: int, degree: int) -> Any:
     """Kernel ``gridcomm_mpdata_<name>`` built for ``levels_per_thread`` and a node-to-edge table ``degree``
     slots wide, on the current GPU."""
-    options = ("-std=c++17", "--fmad=false", f"-DLEVELS_PER_THREAD={levels_per_thread}", f"-DDEGREE={degree}")
+    blocks = MIN_BLOCKS_PER_SM.get((levels_per_thread, name), 1)
+    options = ("-std=c++17", "--fmad=false", f"-DLEVELS_PER_THREAD={levels_per_thread}", f"-DDEGREE={degree}",
+               f"-DMIN_BLOCKS={blocks}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
+
+
+def edge_codes(edge_tab: np.ndarray, sign_tab: np.ndarray) -> np.ndarray:
+    """The node-to-edge table as mpdata.cu reads it: each slot's local edge times 4 plus its sign's tag."""
+    if len(edge_tab) and int(edge_tab.max()) >= 2**29:
+        raise ValueError(f"{int(edge_tab.max()) + 1} local edges: the GPU edge table holds 2^29; use more ranks")
+    tags = np.zeros(sign_tab.shape, np.int64)
+    for sign, tag in SIGN_TAGS.items():
+        tags[sign_tab == sign] = tag
+    return edge_tab.astype(np.int64) * 4 + tags
+
+
+def run_start(positions: np.ndarray) -> int:
+    """The first entry of ``positions`` where they are one contiguous ascending run (the kernels then compute
+    each entry instead of reading it), else -1."""
+    n = len(positions)
+    if n and int(positions[-1]) - int(positions[0]) == n - 1 and bool(np.all(np.diff(positions) == 1)):
+        return int(positions[0])
+    return -1
 
 
 class CudaMpdata:
@@ -66,16 +99,14 @@ class CudaMpdata:
         v = t.fluxes
         self._arrays = a = {  # kept alive here: the launches below hold raw pointers to them
             "update_nodes": i32(t.update_nodes),
-            "edge_tab": i32(t.edge_tab),
-            "sign_tab": f64(t.sign_tab),
+            "edge_tab": i32(edge_codes(t.edge_tab, t.sign_tab)),
             "other_tab": i32(t.other_tab),
             "dt_area": f64(t.dt_area),
-            "vpos": f64(np.maximum(v, 0.0)),
-            "vneg": f64(np.minimum(v, 0.0)),
+            "volume_flux": f64(v),
             "vabs": f64(np.abs(v)),
             "vdt": f64(t.dt * v),
             "wind": [f64(t.velocities[:, k]) for k in range(3)],
-            "normal_tab": f64(t.normal_tab),
+            "normals": f64(t.normals),
             "area": f64(t.area_owned),
             "xyz": f64(t.xyz),
             INNER: i32(t.inner),
@@ -84,22 +115,22 @@ class CudaMpdata:
             "edge_i": i32(t.edge_i),
             "edge_j": i32(t.edge_j),
         }
-        mesh = (a["update_nodes"], a["edge_tab"], a["sign_tab"], a["other_tab"], np.int32(t.n_update), a["dt_area"])
+        no = t.n_owned
+        mesh = (a["update_nodes"], a["edge_tab"], a["other_tab"], np.int32(t.n_update), np.int32(no), a["dt_area"])
         wind = (a["vabs"], a["vdt"], *a["wind"])
         levels, stride = np.int32(t.levels), np.int64(t.n_local * t.levels)
-        no = t.n_owned
         self._launches: dict[tuple[str, str], list[tuple[Any, int, tuple[Any, ...]]]] = {}
-        for part in (INNER, OUTER):
-            nodes, edges = a[part], a["edges"][part]
-            count, n_edges = np.uint32(len(nodes)), np.uint32(len(edges))
-            upwind = (f.psi, f.psi1, nodes, count, *mesh, a["vpos"], a["vneg"], levels)
+        for part, node_list, edge_list in ((INNER, t.inner, t.inner_edges), (OUTER, t.outer, t.outer_edges)):
+            nodes, edges = (a[part], np.int32(run_start(node_list))), (a["edges"][part], np.int32(run_start(edge_list)))
+            count, n_edges = np.uint32(len(node_list)), np.uint32(len(edge_list))
+            upwind = (f.psi, f.psi1, *nodes, count, *mesh, a["volume_flux"], levels)
             self._add(("upwind", part), count, upwind)
-            fluxes = (f.psi1, f.grad, f.flux, edges, n_edges, a["edge_i"], a["edge_j"], *wind, stride, levels)
+            fluxes = (f.psi1, f.grad, f.flux, *edges, n_edges, a["edge_i"], a["edge_j"], *wind, stride, levels)
             self._add(("fluxes", part), n_edges, fluxes)
-            bounds = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, nodes, count, *mesh, levels)
+            bounds = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, *nodes, count, *mesh, levels)
             self._add(("bounds", part), count, bounds)
         owned = np.uint32(no)
-        gradient = (f.psi1, f.grad, owned, *mesh, a["normal_tab"], a["area"], a["xyz"], stride, levels)
+        gradient = (f.psi1, f.grad, owned, *mesh, a["normals"], a["area"], a["xyz"], stride, levels)
         self._add(("gradient", "all"), owned, gradient)
         for limit in (0, 1):
             corrective = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, owned, *mesh, np.int32(limit), levels)

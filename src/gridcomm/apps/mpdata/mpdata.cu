@@ -2,8 +2,9 @@
 //
 // Fields are C-contiguous (nodes, levels) float64, levels the fast axis. Every node sum runs over the padded
 // node-to-edge table of the update nodes, (degree, pitch) row-major: slot k of update position u holds a local
-// edge, its sign (+1 where u is the edge's first node, -1 where the second, 0 in padding) and the node at the
-// other end (u's own node in padding). A node's sum thus needs no atomics and adds the same terms in the same
+// edge and its sign in one int (edge * 4 + 1 where u is the edge's first node, sign +1; edge * 4 + 2 where the
+// second, sign -1; tag 0 in padding, sign 0: one load instead of two), and the node at the other end (u's own
+// node in padding). A node's sum thus needs no atomics and adds the same terms in the same
 // order as the NumPy path (numpy_kernels.py); compiled with --fmad=false, every operation below is the NumPy
 // path's operation in the NumPy path's order, so results equal the CPU's (to the sign of a zero).
 //
@@ -15,12 +16,22 @@
 // The slot loops are unrolled over DEGREE, the table's width, known when the kernels are compiled: the loads of
 // all slots are then in flight together. An edge's two ends are the node itself, whose values are loaded once,
 // and the slot's other node; the sign says which is first.
+//
+// The kernels are latency-bound gathers, so every dependent load removed from the chain before the field loads
+// counts: a list of positions that is one contiguous run (every part on one rank, the usual inner part) is
+// passed as its first entry (`first` >= 0) instead of read from memory, and an owned update position is its
+// own local node (owned nodes come first), so only halo positions read update_nodes.
 #ifndef LEVELS_PER_THREAD
 #define LEVELS_PER_THREAD 1
 #endif
 #ifndef DEGREE
 #define DEGREE 7
 #endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1  // blocks of THREADS per SM the register allocation must allow (__launch_bounds__)
+#endif
+#define THREADS 256
+#define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #define LPT LEVELS_PER_THREAD
 #define EPS 1e-15  // as scheme.EPS: guards MPDATA's and FCT's ratios where a field and its fluxes vanish
 
@@ -80,16 +91,37 @@ __device__ __forceinline__ const double* at(const double* f, long long node, int
 // since a kernel launch from CuPy takes arrays and scalars only, and gathered into one struct by MESH).
 struct Mesh {
     const int* update_nodes;  // (n_update,) local node of each update position
-    const int* edge_tab;      // (DEGREE, pitch) local edge of slot k of update position u
-    const double* sign_tab;   // (DEGREE, pitch)
+    const int* edge_tab;      // (DEGREE, pitch) local edge * 4 + sign tag of slot k of update position u
     const int* other_tab;     // (DEGREE, pitch)
     int pitch;
+    int n_owned;              // update positions below are owned nodes, their own local node
     const double* dt_area;    // (n_update,) dt / dual volume, s / m^2
+
+    __device__ __forceinline__ long long node(int u) const { return u < n_owned ? u : __ldg(update_nodes + u); }
+    __device__ __forceinline__ int other(int k, int u) const { return __ldg(other_tab + k * pitch + u); }
 };
 #define MESH_ARGS                                                                                                  \
-    const int *__restrict__ update_nodes, const int *__restrict__ edge_tab, const double *__restrict__ sign_tab, \
-        const int *__restrict__ other_tab, int pitch, const double *__restrict__ dt_area
-#define MESH const Mesh mesh{update_nodes, edge_tab, sign_tab, other_tab, pitch, dt_area}
+    const int *__restrict__ update_nodes, const int *__restrict__ edge_tab, const int *__restrict__ other_tab, \
+        int pitch, int n_owned, const double *__restrict__ dt_area
+#define MESH const Mesh mesh{update_nodes, edge_tab, other_tab, pitch, n_owned, dt_area}
+
+// Slot k of update position u: its local edge and sign.
+struct Slot {
+    int edge;
+    double sign;
+};
+
+__device__ __forceinline__ Slot slot(const Mesh& mesh, int k, int u)
+{
+    const int code = __ldg(mesh.edge_tab + k * mesh.pitch + u), tag = code & 3;
+    return Slot{code >> 2, tag == 1 ? 1.0 : (tag == 2 ? -1.0 : 0.0)};
+}
+
+// Entry i of a list of positions (or edges): the list's `first` + i where it is one contiguous run, else read.
+__device__ __forceinline__ int entry(const int* __restrict__ list, int first, int i)
+{
+    return first >= 0 ? first + i : __ldg(list + i);
+}
 
 // (first, second) end of an edge from the node's value and the other end's: the node is first where s > 0.
 __device__ __forceinline__ double first_end(double s, double own, double other) { return s > 0.0 ? own : other; }
@@ -97,22 +129,23 @@ __device__ __forceinline__ double second_end(double s, double own, double other)
 
 // Upwind pass: psi1[u] = psi[u] - dt/A_u sum_k s_k (V+ psi_i + V- psi_j) over u's edges, for update positions
 // nodes[0 .. count).
-extern "C" __global__ void gridcomm_mpdata_upwind(
-    const double* __restrict__ psi, double* __restrict__ psi1, const int* __restrict__ nodes, unsigned int count,
-    MESH_ARGS, const double* __restrict__ vpos, const double* __restrict__ vneg, int levels)
+// V+ = max(V, 0) and V- = min(V, 0) are worked out here from V (exactly, as NumPy's maximum and minimum do).
+KERNEL gridcomm_mpdata_upwind(
+    const double* __restrict__ psi, double* __restrict__ psi1, const int* __restrict__ nodes, int first,
+    unsigned int count, MESH_ARGS, const double* __restrict__ volume_flux, int levels)
 {
     MESH;
     Item it;
     if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int u = __ldg(nodes + it.u);
-    const long long node = __ldg(mesh.update_nodes + u);
+    const int u = entry(nodes, first, it.u);
+    const long long node = mesh.node(u);
     const Vec own = load(at(psi, node, levels, it.level));
     Vec total;
 #pragma unroll
     for (int k = 0; k < DEGREE; ++k) {
-        const int e = __ldg(mesh.edge_tab + k * mesh.pitch + u);
-        const double s = __ldg(mesh.sign_tab + k * mesh.pitch + u), vp = __ldg(vpos + e), vn = __ldg(vneg + e);
-        const Vec other = load(at(psi, __ldg(mesh.other_tab + k * mesh.pitch + u), levels, it.level));
+        const Slot sl = slot(mesh, k, u);
+        const double s = sl.sign, v = __ldg(volume_flux + sl.edge), vp = fmax(v, 0.0), vn = fmin(v, 0.0);
+        const Vec other = load(at(psi, mesh.other(k, u), levels, it.level));
 #pragma unroll
         for (int t = 0; t < LPT; ++t) {
             const double pi = first_end(s, own.v[t], other.v[t]), pj = second_end(s, own.v[t], other.v[t]);
@@ -128,10 +161,11 @@ extern "C" __global__ void gridcomm_mpdata_upwind(
 
 // Green-Gauss gradient of psi1 on owned nodes (update positions = local nodes 0 .. count), tangent to the
 // sphere: g = (1/A) sum_k (psi1_other - psi1_u)/2 n_k, then minus its radial part (g . r) r.
-// normal_tab is (DEGREE, 3, owned) (face normals signed out of the node); grad is (3, n_local, levels).
-extern "C" __global__ void gridcomm_mpdata_gradient(
+// normals is (n_edges, 3), each edge's face normal from its first node to its second, signed here out of the
+// node (times the slot's sign: exact, the same values as the NumPy path's table); grad is (3, n_local, levels).
+KERNEL gridcomm_mpdata_gradient(
     const double* __restrict__ psi1, double* __restrict__ grad, unsigned int count, MESH_ARGS,
-    const double* __restrict__ normal_tab, const double* __restrict__ area, const double* __restrict__ radial,
+    const double* __restrict__ normals, const double* __restrict__ area, const double* __restrict__ radial,
     long long field_stride, int levels)
 {
     MESH;
@@ -142,11 +176,12 @@ extern "C" __global__ void gridcomm_mpdata_gradient(
     Vec g[3];
 #pragma unroll
     for (int k = 0; k < DEGREE; ++k) {
-        const Vec other = load(at(psi1, __ldg(mesh.other_tab + k * mesh.pitch + u), levels, it.level));
-        const double* n = normal_tab + (long long)k * 3 * count + u;
+        const Slot sl = slot(mesh, k, u);
+        const Vec other = load(at(psi1, mesh.other(k, u), levels, it.level));
+        const double* n = normals + 3 * (long long)sl.edge;
 #pragma unroll
         for (int c = 0; c < 3; ++c) {
-            const double nc = __ldg(n + c * (long long)count);
+            const double nc = __ldg(n + c) * sl.sign;
 #pragma unroll
             for (int t = 0; t < LPT; ++t) {
                 const double half_diff = 0.5 * (other.v[t] - own.v[t]);
@@ -173,15 +208,16 @@ extern "C" __global__ void gridcomm_mpdata_gradient(
 // of psi1 with MPDATA's pseudo-velocity (|V| (psi1_j - psi1_i) - dt V v . grad psi1) / (|psi1_i| + |psi1_j| + eps),
 // grad psi1 the mean of its ends' gradients. Stored once per edge, then read by both its ends in the FCT bounds
 // and the corrective update (recomputing it there took 4 times the arithmetic and a quarter of the occupancy).
-extern "C" __global__ void gridcomm_mpdata_fluxes(
+KERNEL gridcomm_mpdata_fluxes(
     const double* __restrict__ psi1, const double* __restrict__ grad, double* __restrict__ flux,
-    const int* __restrict__ edges, unsigned int count, const int* __restrict__ edge_i, const int* __restrict__ edge_j,
+    const int* __restrict__ edges, int first, unsigned int count, const int* __restrict__ edge_i,
+    const int* __restrict__ edge_j,
     const double* __restrict__ vabs, const double* __restrict__ vdt, const double* __restrict__ wind0,
     const double* __restrict__ wind1, const double* __restrict__ wind2, long long field_stride, int levels)
 {
     Item it;
     if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int e = __ldg(edges + it.u);
+    const int e = entry(edges, first, it.u);
     const long long i = __ldg(edge_i + e), j = __ldg(edge_j + e);
     const double* g1 = grad + field_stride;
     const double* g2 = grad + 2 * field_stride;
@@ -205,16 +241,16 @@ extern "C" __global__ void gridcomm_mpdata_fluxes(
 // FCT limiter coefficients of update positions nodes[0 .. count): the bounds of psi and psi1 over the node
 // and its neighbours, the sums of the antidiffusive fluxes out of and into the node, and from them
 // beta_up = (max - psi1) / (dt/A inflow + eps), beta_dn = (psi1 - min) / (dt/A outflow + eps).
-extern "C" __global__ void gridcomm_mpdata_bounds(
+KERNEL gridcomm_mpdata_bounds(
     const double* __restrict__ psi, const double* __restrict__ psi1, const double* __restrict__ flux,
-    double* __restrict__ beta_up, double* __restrict__ beta_dn, const int* __restrict__ nodes, unsigned int count,
-    MESH_ARGS, int levels)
+    double* __restrict__ beta_up, double* __restrict__ beta_dn, const int* __restrict__ nodes, int first,
+    unsigned int count, MESH_ARGS, int levels)
 {
     MESH;
     Item it;
     if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int u = __ldg(nodes + it.u);
-    const long long node = __ldg(mesh.update_nodes + u);
+    const int u = entry(nodes, first, it.u);
+    const long long node = mesh.node(u);
     const Vec p = load(at(psi, node, levels, it.level)), p1 = load(at(psi1, node, levels, it.level));
     Vec high, low, outflow, inflow;
 #pragma unroll
@@ -226,11 +262,11 @@ extern "C" __global__ void gridcomm_mpdata_bounds(
     }
 #pragma unroll
     for (int k = 0; k < DEGREE; ++k) {
-        const long long o = __ldg(mesh.other_tab + k * mesh.pitch + u);
-        const long long e = __ldg(mesh.edge_tab + k * mesh.pitch + u);
-        const double s = __ldg(mesh.sign_tab + k * mesh.pitch + u);
+        const long long o = mesh.other(k, u);
+        const Slot sl = slot(mesh, k, u);
+        const double s = sl.sign;
         const Vec q = load(at(psi, o, levels, it.level)), q1 = load(at(psi1, o, levels, it.level));
-        const Vec f = load(at(flux, e, levels, it.level));
+        const Vec f = load(at(flux, sl.edge, levels, it.level));
 #pragma unroll
         for (int t = 0; t < LPT; ++t) {
             high.v[t] = fmax(high.v[t], fmax(q.v[t], q1.v[t]));
@@ -254,7 +290,7 @@ extern "C" __global__ void gridcomm_mpdata_bounds(
 // The corrective update of owned nodes (update positions = local nodes 0 .. count): psi = psi1 - dt/A sum_k s_k
 // F_k over the antidiffusive fluxes, each scaled (limit != 0) by min(1, beta_dn of its sender, beta_up of its
 // receiver).
-extern "C" __global__ void gridcomm_mpdata_corrective(
+KERNEL gridcomm_mpdata_corrective(
     double* __restrict__ psi, const double* __restrict__ psi1, const double* __restrict__ flux,
     const double* __restrict__ beta_up, const double* __restrict__ beta_dn, unsigned int count, MESH_ARGS,
     int limit, int levels)
@@ -271,11 +307,11 @@ extern "C" __global__ void gridcomm_mpdata_corrective(
     Vec total;
 #pragma unroll
     for (int k = 0; k < DEGREE; ++k) {
-        const long long e = __ldg(mesh.edge_tab + k * mesh.pitch + u);
-        const double s = __ldg(mesh.sign_tab + k * mesh.pitch + u);
-        Vec f = load(at(flux, e, levels, it.level));
+        const Slot sl = slot(mesh, k, u);
+        const double s = sl.sign;
+        Vec f = load(at(flux, sl.edge, levels, it.level));
         if (limit) {
-            const long long o = __ldg(mesh.other_tab + k * mesh.pitch + u);
+            const long long o = mesh.other(k, u);
             const Vec other_up = load(at(beta_up, o, levels, it.level)), other_dn = load(at(beta_dn, o, levels, it.level));
 #pragma unroll
             for (int t = 0; t < LPT; ++t) {

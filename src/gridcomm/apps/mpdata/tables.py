@@ -44,6 +44,7 @@ class MeshTables:
         edge_i, edge_j: (n_edges,) the local nodes of each edge (global orientation).
         fluxes: (n_edges,) volume flux through each dual face, m^2/s, from i to j.
         velocities: (n_edges, 3) wind at the edge midpoints, m/s.
+        normals: (n_edges, 3) each edge's dual-face normal, from its first node to its second, m.
         normal_tab: (D, 3, n_owned) each owned node's face normals by slot, signed out of the node, m.
         dt_area: (n_update,) dt / dual volume, s/m^2; area_owned: (n_owned,) dual volumes, m^2.
         xyz: (n_local, 3) unit vectors (the radial direction at each node).
@@ -63,6 +64,7 @@ class MeshTables:
     edge_j: np.ndarray
     fluxes: np.ndarray
     velocities: np.ndarray
+    normals: np.ndarray
     normal_tab: np.ndarray
     dt_area: np.ndarray
     area_owned: np.ndarray
@@ -104,6 +106,7 @@ class MeshTables:
             edge_j=local.edge_nodes[:, 1],
             fluxes=fluxes,
             velocities=velocities,
+            normals=local.normals,
             normal_tab=np.ascontiguousarray(normal_tab),
             dt_area=dt / area[local.update_nodes],
             area_owned=area[:no],

@@ -1,6 +1,15 @@
 """The spectral-transform dwarf: spherical-harmonic transforms on the octahedral grid (see transform.py)."""
 
 from .distribution import row_bands, wavenumber_sets
+from .dwarf import DistributedTransform, run_spectral
 from .transform import SpectralTransform, coefficient_count, coefficient_index
 
-__all__ = ["SpectralTransform", "coefficient_count", "coefficient_index", "row_bands", "wavenumber_sets"]
+__all__ = [
+    "DistributedTransform",
+    "SpectralTransform",
+    "coefficient_count",
+    "coefficient_index",
+    "row_bands",
+    "run_spectral",
+    "wavenumber_sets",
+]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...arrays import cupy_or_none, to_host
+from ...errors import DeviceError
 from ...grids.octahedral import OctahedralGrid
 from ...pattern import Box
 from .distribution import row_bands, wavenumber_sets
@@ -316,10 +317,10 @@ def run_spectral(
 
 
 def _array_module(gpu: bool) -> Any:
-    """numpy, or cupy when ``gpu`` (a RuntimeError naming what is missing when it cannot be had)."""
+    """numpy, or cupy when ``gpu`` (a DeviceError naming what is missing when it cannot be had)."""
     if not gpu:
         return np
     cupy = cupy_or_none()
     if cupy is None:
-        raise RuntimeError("the spectral dwarf on the GPU needs CuPy: pip install 'gridcomm[gpu]'")
+        raise DeviceError("the spectral dwarf on the GPU needs CuPy: pip install 'gridcomm[gpu]'")
     return cupy

@@ -31,8 +31,13 @@ def run_stencil2d(
 
     Args:
         comm: a gridcomm Communicator, an mpi4py communicator, or None (COMM_WORLD).
-        n, mode, xp, dtype, transport, halo: as for :class:`Stencil2D`.
+        n: points per side of each rank's block (the global grid is n px x n py points).
         steps: time steps to run.
+        mode: ``"traditional"``, ``"overlapped"`` or ``"graph"`` (GPU only), as for ``Stencil2D``.
+        xp: the array module, ``numpy`` (CPU) or ``cupy`` (GPU), or its name.
+        dtype: float64 or float32.
+        transport: ``"auto"``, a transport name or a configured Transport.
+        halo: ghost width exchanged every step, in points (1 to n; the stencil reads 1).
         check: gather the result on rank 0 and compare it with the serial NumPy run of the same global grid
             (reference_run); a correct run is bitwise equal.
         progress: called as ``progress(done, steps)`` on every rank after each batch of steps.

@@ -1,0 +1,135 @@
+"""The communication benchmarks' result files as tables of figures: ``bench halo`` (CPU and GPU) and ``bench
+p2p`` / ``bench alltoall``. Each figure stands beside its ceiling and its peers measured in the same run."""
+
+from __future__ import annotations
+
+from .figures import Cell, Column, FigureTable, cell, ratio, union
+from .folder import Result
+
+US = 1e6  # seconds -> µs
+MIB = 1 << 20
+
+#: Figures the GPU benchmarks time beside gridcomm's transports, and what they are to them.
+ROLES = {
+    "nccl send/recv": "peer",  # NCCL's own grouped send/recv of the same bytes
+    "peer copy": "ceiling",  # a copy kernel writing straight into the peer's memory
+    "peer copy kernel": "ceiling",
+    "peer copy engine": "ceiling",
+}
+ROLE_NOTE = (
+    "peer: nccl send/recv is NCCL's own grouped send/recv of the same bytes from contiguous buffers; ceiling: "
+    "peer copy is a copy straight into the peer GPU's memory (kernel or copy engine); 'graph' is the same exchange "
+    "replayed as a CUDA graph; mpi appears where MPI is CUDA-aware."
+)
+
+
+def labelled(name: str) -> str:
+    """A GPU figure's column name: the transport's own, or "peer: ..." / "ceiling: ..."."""
+    role = ROLES.get(name)
+    return f"{role}: {name}" if role else name
+
+
+def _kib(r: dict) -> Cell:
+    return Cell(r["bytes_per_peer_mean"] / 1024)
+
+
+def halo_cpu(result: Result) -> list[FigureTable]:
+    """Time per exchange for every MPI variant beside the floors: bare Isend/Irecv of the same bytes."""
+    rows = result.rows
+    variants = union(rows, "variants")
+    columns = [
+        Column("KiB/peer", compared=False),
+        *(Column(v, "µs") for v in variants),
+        Column("floor: Isend/Irecv", "µs"),
+        Column("floor, buffers rewritten", "µs"),
+        Column("best", compared=False),
+        Column("best / floor", "x"),
+        Column("best / floor rewritten", "x"),
+    ]
+    table = FigureTable(f"time per halo exchange, {result.where} (median, slowest rank)", ["n x n", "fields"], columns)
+    for r in rows:
+        cells = {v: cell(r["variants"][v]["median_s"], US) for v in variants if v in r["variants"]}
+        cells |= {
+            "KiB/peer": _kib(r),
+            "floor: Isend/Irecv": cell(r["floor"]["median_s"], US),
+            "floor, buffers rewritten": cell(r["floor_fresh"]["median_s"], US),
+            "best": Cell(text=r["best"]),
+            "best / floor": cell(r["best_over_floor"]),
+            "best / floor rewritten": cell(r["best_over_floor_fresh"]),
+        }
+        table.add((r["n"], r["fields"]), cells)
+    table.notes.append(
+        "floor: bare mpi4py Isend/Irecv of the same per-peer bytes from contiguous buffers never written; "
+        "'buffers rewritten': the same with each send buffer rewritten first, as after a compute step."
+    )
+    return [table]
+
+
+def halo_gpu(result: Result) -> list[FigureTable]:
+    """Time per exchange for every GPU transport beside NCCL and the peer copy; pack and unpack beside HBM."""
+    rows = result.rows
+    names = union(rows, "times")
+    columns = [
+        Column("KiB/peer", compared=False),
+        *(Column(labelled(n), "µs") for n in names),
+        Column("best", compared=False),
+        Column("best / nccl send/recv", "x"),
+        Column("pack", "GB/s"),
+        Column("unpack", "GB/s"),
+        Column("ceiling: HBM copy", "GB/s"),
+        Column("pack / HBM", "%"),
+    ]
+    table = FigureTable(f"time per halo exchange on GPUs, {result.where} (median, slowest rank)",
+                        ["n x n", "fields"], columns)  # fmt: skip
+    for r in rows:
+        cells = {labelled(n): cell(t["median_s"], US) for n, t in r["times"].items()}
+        cells |= {
+            "KiB/peer": _kib(r),
+            "best": Cell(text=r["best"]),
+            "best / nccl send/recv": cell(r["best_over_nccl"]),
+            "pack": cell(r["pack_GBps"]),
+            "unpack": cell(r["unpack_GBps"]),
+            "ceiling: HBM copy": cell(r["hbm_copy_GBps"]),
+            "pack / HBM": ratio(r["pack_GBps"], r["hbm_copy_GBps"], 100),
+        }
+        table.add((r["n"], r["fields"]), cells)
+    table.notes.append(ROLE_NOTE + " pack and unpack: the packing launches alone, bytes read plus written.")
+    return [table]
+
+
+def _size(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def transfer(result: Result) -> list[FigureTable]:
+    """bench p2p / alltoall: time per exchange below 1 MiB per peer, GB/s sent per rank from 1 MiB, per transport
+    beside NCCL and the peer-copy ceiling."""
+    rows = result.rows
+    names = union(rows, "times")
+    kind = f"{result.benchmark} on {result.where}"
+    latency = FigureTable(f"{kind}: time per exchange (median, slowest rank)", ["per peer"],
+                          [Column(labelled(n), "µs") for n in names], kind="latency")  # fmt: skip
+    gbps = FigureTable(
+        f"{kind}: bandwidth, bytes sent per rank per second",
+        ["per peer"],
+        [*(Column(labelled(n), "GB/s") for n in names), Column("ceiling", "GB/s"), Column("best / ceiling", "%")],
+        kind="bandwidth",
+    )
+    for r in rows:
+        key = (_size(r["bytes_per_peer"]),)
+        if r["bytes_per_peer"] < MIB:
+            latency.add(key, {labelled(n): cell(t["median_s"], US) for n, t in r["times"].items()})
+            continue
+        ours = [v for n, v in r["GBps"].items() if n not in ROLES]
+        cells = {labelled(n): cell(v) for n, v in r["GBps"].items()}
+        cells |= {
+            "ceiling": cell(r["ceiling_GBps"]),
+            "best / ceiling": ratio(max(ours, default=None), r["ceiling_GBps"], 100),
+        }
+        gbps.add(key, cells)
+    for t in (latency, gbps):
+        t.notes.append(ROLE_NOTE + " ceiling: the faster peer copy of the same bytes.")
+    return [t for t in (latency, gbps) if t.rows]

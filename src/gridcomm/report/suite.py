@@ -1,0 +1,129 @@
+"""Which ``gridcomm bench`` invocations a report runs, per machine class (CPU only, 1 GPU, several GPUs) and budget
+(``--quick``: under 2 minutes on 2 GPUs; full: under 10): one table, SUITE, read by ``select``.
+
+Expected seconds (``Entry.seconds``, quick and full) are wall time per invocation, process start-up included, on
+2 x H200 (CPU entries: 2 cores of an AMD EPYC VM, 2 ranks; 4 ranks take about as long). Where they come from:
+
+- GPU, full defaults: the committed results of one session of benchmarks/gpu_session.sh on 2 x H200, which ran
+  the stages one after the other, so each file's time stamp bounds the stage before it: p2p at most 15 s, halo
+  on 2 GPUs 20 s and on 1 GPU 13 s, alltoall 16 s, stencil2d on 2 GPUs 28 s and on 1 GPU 30 s; TCo639 (O640,
+  3 fields x 137 levels, 20 steps) at most 21 s on 1 GPU, of which about 12 s is set-up (a 3-step run took 16 s).
+- GPU, quick: the same scaled by the cases and samples kept (each timing is 3 warm-up calls plus ``samples``
+  batches of at least 20 ms; stencil2d's 0.1 s warm-up plus batches of 50 ms), plus about 5 s of start-up.
+- MPDATA on the GPU: the mesh and the set-up are host work, timed on the CPU here: the median-dual mesh of O320
+  1.2 s, O1024 22 s (once per run); the set-up per transport (partition, tables, initial field at 32 levels)
+  1.2 s at O320 and about 13 s at O1024 (5.2 s at O640, scaled by the nodes); the timed part about 3 s per
+  transport (5 checked steps, 5 batches of 50 ms, an energy region of 1 s, the kernels once).
+- CPU: measured with ``gridcomm report --cpu --np 2`` on 2 cores: quick halo 2.3 s, mpdata 1.5 s, spectral 2.5 s;
+  full 16, 4.5 and 9 s; up to twice that while other work shared the cores (the expected values lie between).
+
+- Measured since: the quick suite on 1 H200 took 66 s (halo 4.8 s, stencil2d 14.5 s before it metered energy,
+  which adds a region of 1 s per case, mpdata 18.8 s, spectral 28.0 s: set-up and first calls, not the steps).
+
+Sums: quick about 108 s on 2 GPUs, 83 s on 1 GPU, 9 s on 2 cores; full about 428 s on 2 GPUs, 220 s on
+1 GPU, 42 s on 2 cores; where MPI is CUDA-aware, mpdata and spectral time it too (about 7 s more quick, 30 s full).
+The report lists each invocation's expected and measured seconds.
+
+Peers: halo, p2p, alltoall, mpdata and spectral time every transport in one run; bench stencil2d times one, so
+the full suite runs it again over nccl and staged (not over mpi: its graph mode needs a transport a CUDA graph can
+capture, and bench stencil2d has no option to leave that mode out).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CPU, ONE_GPU, GPUS = "CPU only", "1 GPU", "several GPUs"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``gridcomm bench`` invocation of the suite. ``quick`` and ``full`` are its options (None: not run in
+    that budget), in which ``{mpi}`` becomes ",mpi" where MPI is CUDA-aware (so that CUDA-aware MPI is measured
+    beside the others) and "" elsewhere."""
+
+    key: str  # names the invocation in the report and the log
+    bench: str  # the gridcomm bench sub-command
+    machines: tuple[str, ...]  # machine classes it runs on
+    ranks: int | None  # ranks to start; None: the report's --np
+    quick: tuple[str, ...] | None
+    full: tuple[str, ...] | None
+    seconds: tuple[float, float]  # expected wall time (quick, full) [s], see the module's docstring
+
+
+_GPU_SIZES = ("--sizes", "64,512", "--fields", "4", "--samples", "3")  # halo: 2 cases instead of 18
+_STENCIL_QUICK = ("--sizes", "64,1024,8192", "--samples", "3")  # the ends and the seed's cross-over size
+_TRANSFER_QUICK = ("--largest", str(32 << 20), "--samples", "3")  # 8 B to 32 MiB: latency and bandwidth
+_MPDATA_QUICK = ("--gpu", "--grids", "O320", "--levels", "32")
+_MPDATA_FULL = ("--gpu", "--grids", "O1024", "--levels", "32")  # the seed's 1024 test case
+_SPECTRAL_QUICK = ("--gpu", "--grids", "O320", "--levels", "10", "--fields", "3", "--steps", "20")
+_TCO639 = ("--gpu", "--grids", "O640", "--levels", "137", "--fields", "3", "--steps", "20")  # the seed's Figure 4
+_ALL_GPU = (ONE_GPU, GPUS)
+
+SUITE: tuple[Entry, ...] = (
+    Entry("halo", "halo", (CPU,), None, ("--quick",), (), (3, 25)),
+    Entry("mpdata", "mpdata", (CPU,), None, ("--grids", "O24,O48", "--levels", "1,16", "--steps", "10"),
+          ("--grids", "O24,O48,O96", "--levels", "1,16", "--steps", "20"), (3, 7)),
+    Entry("spectral", "spectral", (CPU,), None, ("--grids", "O32,O80", "--steps", "3", "--transports", "cma,mpi"),
+          ("--grids", "O80,O160,O320", "--steps", "5", "--transports", "cma,mpi"), (3, 10)),
+    Entry("halo", "halo", _ALL_GPU, None, ("--gpu", *_GPU_SIZES), ("--gpu",), (8, 20)),
+    Entry("p2p", "p2p", (GPUS,), 2, _TRANSFER_QUICK, (), (10, 15)),
+    Entry("alltoall", "alltoall", (GPUS,), None, _TRANSFER_QUICK, (), (10, 18)),
+    Entry("stencil2d", "stencil2d", _ALL_GPU, None, ("--gpu", *_STENCIL_QUICK), ("--gpu",), (25, 55)),
+    # the other transports of stencil2d: full suite only (each run meters every case's energy for a second)
+    Entry("stencil2d-nccl", "stencil2d", (GPUS,), None, None, ("--gpu", "--transport", "nccl"), (0, 55)),
+    Entry("stencil2d-staged", "stencil2d", (GPUS,), None, None, ("--gpu", "--transport", "staged"), (0, 50)),
+    Entry("mpdata", "mpdata", (ONE_GPU,), 1, (*_MPDATA_QUICK, "--transports", "none,ipc,nccl,staged{mpi},host"),
+          (*_MPDATA_FULL, "--transports", "none,ipc,nccl,staged{mpi},host"), (22, 110)),
+    Entry("mpdata", "mpdata", (GPUS,), None, (*_MPDATA_QUICK, "--transports", "ipc,nccl,staged{mpi},host"),
+          (*_MPDATA_FULL, "--transports", "ipc,nccl,staged{mpi},host"), (20, 100)),
+    # 1 GPU beside N: the speed-up (the seed's Figure 18) and the no-exchange step; full suite only (time).
+    Entry("mpdata-1gpu", "mpdata", (GPUS,), 1, None, (*_MPDATA_FULL, "--transports", "none,ipc"), (0, 55)),
+    Entry("spectral", "spectral", (ONE_GPU,), 1, _SPECTRAL_QUICK, _TCO639, (28, 35)),
+    Entry("spectral", "spectral", (GPUS,), None, (*_SPECTRAL_QUICK, "--transports", "staged,nccl,ipc{mpi}"),
+          (*_TCO639, "--transports", "staged,nccl,ipc{mpi}"), (35, 60)),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One benchmark command of a report: ``gridcomm`` + ``args`` (``--out`` is added by ``command``)."""
+
+    key: str
+    args: tuple[str, ...]
+    estimate_s: float
+
+    def command(self, out: str) -> list[str]:
+        """The argument list that runs it with this Python, writing into ``out``."""
+        return [sys.executable, "-m", "gridcomm", *self.args, "--out", out]
+
+    def shown(self, out: str = "raw") -> str:
+        """The command as a user would type it (no machine paths)."""
+        return " ".join(("gridcomm", *self.args, "--out", out))
+
+
+def machine_class(gpu: bool, nprocs: int) -> str:
+    """CPU, ONE_GPU or GPUS."""
+    if not gpu:
+        return CPU
+    return ONE_GPU if nprocs == 1 else GPUS
+
+
+def select(machine: str, quick: bool, nprocs: int, cuda_aware_mpi: bool) -> list[Invocation]:
+    """The invocations of the suite for ``machine`` (a class) and budget, on ``nprocs`` ranks (GPUs)."""
+    out = []
+    for entry in SUITE:
+        options = entry.quick if quick else entry.full
+        if machine not in entry.machines or options is None:
+            continue
+        ranks = nprocs if entry.ranks is None else entry.ranks
+        filled = tuple(o.replace("{mpi}", ",mpi" if cuda_aware_mpi else "") for o in options)
+        out.append(Invocation(entry.key, ("bench", entry.bench, "--np", str(ranks), *filled), entry.seconds[not quick]))
+    return out
+
+
+def estimate(invocations: Sequence[Invocation]) -> float:
+    """Expected wall time of them all [s]."""
+    return sum(i.estimate_s for i in invocations)
