@@ -335,3 +335,22 @@ def test_seed_figures_are_printed_in_the_seeds_as_kept():
         assert f"\n{n} {traditional:.15g} {persistent:.15g}\n" in stencil
     assert seeds.SEED_MPDATA == {"no_exchange_s": 0.0214, "exchange_s": 0.0216, "host_staged_s": 0.0835,
                                  "joules_per_step": (4.0, 5.0)}  # fmt: skip
+
+
+def test_halo_plot_of_one_rank_has_an_axis_it_can_draw(tmp_path):
+    """One rank sends to no peer (its periodic halo is its own): 0 bytes per peer cannot go on a log axis, so
+    the plot draws against the points per rank side instead (matplotlib warned and drew nothing before)."""
+    import warnings
+
+    from gridcomm.bench.results import halo_axis, plot_halo_gpu
+
+    path = next(RESULTS.glob("report-gpu-1r-*/raw/halo-gpu-1r-*.json"))
+    payload = json.loads(path.read_text())
+    rows, x, label = halo_axis(payload["results"], payload["results"][0]["fields"])
+    assert all(r["bytes_per_peer_mean"] == 0 for r in rows) and x == [float(r["n"]) for r in rows]
+    assert "points per rank side" in label
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_halo_gpu(payload, tmp_path / "halo.png")
+    two = json.loads(next(RESULTS.glob("halo-gpu-2r-*.json")).read_text())
+    assert "KiB" in halo_axis(two["results"], two["results"][0]["fields"])[2]

@@ -28,6 +28,15 @@ def write_results(
     return path
 
 
+def halo_axis(rows: list[dict[str, Any]], fields: int) -> tuple[list[dict[str, Any]], list[float], str]:
+    """The rows of one field count in order, their x values and the x label: KiB per peer, or points per rank
+    side where no rank has a peer (one rank: its periodic halo is its own, and a log axis cannot show 0 bytes)."""
+    mine = sorted((r for r in rows if r["fields"] == fields), key=lambda r: (r["bytes_per_peer_mean"], r["n"]))
+    if any(r["bytes_per_peer_mean"] > 0 for r in mine):
+        return mine, [r["bytes_per_peer_mean"] / 1024 for r in mine], "bytes per peer per exchange [KiB]"
+    return mine, [float(r["n"]) for r in mine], "points per rank side (no peer: the halo is the rank's own)"
+
+
 def plot_halo(payload: dict[str, Any], png: Path) -> Path:
     """Time per exchange against bytes per peer, one panel per field count, every variant beside the floors."""
     import matplotlib
@@ -39,14 +48,13 @@ def plot_halo(payload: dict[str, Any], png: Path) -> Path:
     counts = sorted({r["fields"] for r in rows})
     fig, axes = plt.subplots(1, len(counts), figsize=(5.2 * len(counts), 4.2), squeeze=False)
     for ax, count in zip(axes[0], counts, strict=True):
-        mine = sorted((r for r in rows if r["fields"] == count), key=lambda r: r["bytes_per_peer_mean"])
-        x = [r["bytes_per_peer_mean"] / 1024 for r in mine]
+        mine, x, xlabel = halo_axis(rows, count)
         for name in mine[0]["variants"]:
             ax.loglog(x, [r["variants"][name]["median_s"] * 1e6 for r in mine], "o-", label=f"gridcomm {name}")
         ax.loglog(x, [r["floor"]["median_s"] * 1e6 for r in mine], "k--", label="floor: Isend/Irecv, contiguous")
         ax.loglog(x, [r["floor_fresh"]["median_s"] * 1e6 for r in mine], "k:", label="floor, send buffer rewritten")
         ax.set_title(f"{count} field(s), {mine[0]['levels']} levels, halo {mine[0]['halo']}")
-        ax.set_xlabel("bytes per peer per exchange [KiB]")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("time per exchange [µs]")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
@@ -77,14 +85,13 @@ def plot_halo_gpu(payload: dict[str, Any], png: Path) -> Path:
     counts = sorted({r["fields"] for r in rows})
     fig, axes = panels_figure(len(counts))
     for ax, count in zip(axes, counts, strict=True):
-        mine = sorted((r for r in rows if r["fields"] == count), key=lambda r: r["bytes_per_peer_mean"])
-        x = [r["bytes_per_peer_mean"] / 1024 for r in mine]
+        mine, x, xlabel = halo_axis(rows, count)
         for name in mine[0]["times"]:
             style = "k--" if name == "nccl send/recv" else "k:" if name == "peer copy" else "o-"
             label = name if name in ("nccl send/recv", "peer copy") else f"gridcomm {name}"
             ax.loglog(x, [r["times"][name]["median_s"] * 1e6 for r in mine], style, label=label)
         ax.set(title=f"{count} field(s), {mine[0]['levels']} levels, halo {mine[0]['halo']}")
-        ax.set(xlabel="bytes per peer per exchange [KiB]", ylabel="time per exchange [µs]")
+        ax.set(xlabel=xlabel, ylabel="time per exchange [µs]")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
     machine_title(fig, "GPU halo exchange", payload["machine"])
