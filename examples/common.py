@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import gridcomm
+from gridcomm.arrays import cupy_or_none
+from gridcomm.gpu import gpu_count
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
@@ -25,12 +27,7 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
 
 def usable_cupy() -> types.ModuleType | None:
     """CuPy when it is installed and sees a GPU, else None: gridcomm moves GPU arrays through CuPy."""
-    try:
-        import cupy
-
-        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
-    except Exception:  # not installed, or no driver
-        return None
+    return cupy_or_none() if gpu_count() else None
 
 
 def say(comm: gridcomm.Communicator, *lines: str) -> None:

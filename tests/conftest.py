@@ -72,20 +72,6 @@ def _dump_stacks(proc: subprocess.Popen) -> None:
     time.sleep(1.5)  # let them write before the kill; only on the failure path
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """Stop mpiexec and its ranks: SIGINT first (hydra then cleans its ranks up), SIGKILL after a grace."""
-    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_mpi(
     nranks: int,
     argv: Sequence[str],
@@ -124,7 +110,7 @@ def run_mpi(
     except subprocess.TimeoutExpired:
         ranks = _descendants(proc.pid)
         _dump_stacks(proc)
-        _kill(proc)
+        launch.stop_process_group(proc, 3.0)  # SIGINT first: hydra then cleans its ranks up
         for pid in ranks:  # anything hydra left behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

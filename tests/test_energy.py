@@ -72,3 +72,21 @@ def test_a_region_shorter_than_the_counters_update_makes_no_figure(monkeypatch):
         pass
     assert meter.result.joules is None and meter.result.per(10) is None
     assert "did not advance" in meter.result.why
+
+
+def test_energy_of_steps_meters_a_region_of_at_least_a_second(monkeypatch):
+    """The steps cover ENERGY_REGION_S at the given step time, no fewer than ``least``, a multiple of ``multiple``
+    (graph mode replays two steps at a time), all run inside the meter."""
+    ran = []
+    monkeypatch.setattr(energy, "_gpu_counter", lambda: (None, None, "no counter in this test"))
+    comm = FakeComm([])
+    result, steps = energy.energy_of_steps(comm, ran.append, step_s=0.3, least=4, multiple=2)
+    assert steps == 4 and ran == [4] and "no counter" in result.why  # ceil(1 / 0.3) = 4, even already
+    _, steps = energy.energy_of_steps(comm, ran.append, step_s=0.004, least=5)
+    assert steps == 250 and ran[-1] == 250
+    _, steps = energy.energy_of_steps(comm, ran.append, step_s=0.0041, multiple=2)
+    assert steps == 244 and ran[-1] == 244  # ceil(243.9) = 244, even
+    _, steps = energy.energy_of_steps(comm, ran.append, step_s=0.33, multiple=2)
+    assert steps == 4  # ceil(3.03) = 4 steps, at least 4
+    _, steps = energy.energy_of_steps(comm, ran.append, step_s=0.0047, multiple=2)
+    assert steps % 2 == 0 and steps * 0.0047 >= energy.ENERGY_REGION_S

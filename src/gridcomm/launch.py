@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -83,6 +85,19 @@ def run_under_mpiexec(nprocs: int, command: Sequence[str]) -> int:
     """Run ``command`` on ``nprocs`` ranks, streaming its output; returns its exit status."""
     args = mpiexec_command(nprocs, with_abort_on_error(command))
     return subprocess.run(args, env=rank_environment(nprocs)).returncode
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """End ``proc`` (started with ``start_new_session=True``, so it leads a process group) and everything in its
+    group: SIGINT first, which lets mpiexec end its ranks, then SIGKILL after ``grace_s`` seconds."""
+    for sig, grace in ((signal.SIGINT, grace_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def relaunch_self(nprocs: int) -> int:

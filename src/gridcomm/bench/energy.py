@@ -11,7 +11,9 @@ at least a few hundred milliseconds.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,4 +99,18 @@ class EnergyMeter:
         self.result = Energy(joules, slowest, len(per_gpu), why)
 
 
-__all__ = ["Energy", "EnergyMeter"]
+def energy_of_steps(
+    comm: Communicator, run_steps: Callable[[int], None], step_s: float, least: int = 4, multiple: int = 1
+) -> tuple[Energy, int]:
+    """Collective: ``run_steps(n)`` inside an EnergyMeter, n the steps of a region of at least ENERGY_REGION_S
+    (``step_s``: seconds per step), at least ``least`` and a multiple of ``multiple``; ``run_steps`` must return
+    with the GPU's work done. Returns the energy and n."""
+    steps = max(least, math.ceil(ENERGY_REGION_S / max(step_s, 1e-7)))
+    steps += -steps % multiple
+    with EnergyMeter(comm) as meter:
+        run_steps(steps)
+    assert meter.result is not None
+    return meter.result, steps
+
+
+__all__ = ["ENERGY_REGION_S", "Energy", "EnergyMeter", "energy_of_steps"]

@@ -21,7 +21,7 @@ from ..apps.mpdata.tables import INNER, OUTER, MeshTables
 from ..comm import Communicator
 from ..grids.mesh import MedianDualMesh
 from .ceilings import time_gpu
-from .energy import ENERGY_REGION_S, EnergyMeter
+from .energy import energy_of_steps
 
 #: Transports of ``bench mpdata --gpu`` by default: no exchange (one rank), the GPU transports, and the seed's
 #: baseline (whole fields through the host).
@@ -167,11 +167,7 @@ def benchmark_case(
         timing = time_gpu(comm, solver.step, samples=5, min_sample_s=0.05)
         solver.synchronize()
         step_s = timing.median
-        region_steps = max(5, math.ceil(ENERGY_REGION_S / step_s))
-        with EnergyMeter(comm) as meter:
-            solver.run(region_steps)
-        energy = meter.result
-        assert energy is not None
+        energy, region_steps = energy_of_steps(comm, solver.run, step_s, least=5)
         kernel_rows = time_kernels(comm, solver, step_s, hbm) if kernels else []
     finally:
         solver.close()

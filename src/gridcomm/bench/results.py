@@ -9,6 +9,14 @@ from pathlib import Path
 from typing import Any
 
 
+def bytes_text(n: int) -> str:
+    """A byte count as people read it: 8 B, 64 KiB, 1.5 MiB, 2 GiB."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
 def result_path(out_dir: Path, benchmark: str, machine: dict[str, Any]) -> Path:
     """benchmarks/results/<benchmark>-<device>-<ranks>r-<UTC time>.json"""
     device = "gpu" if machine.get("gpus_used") else "cpu"

@@ -23,7 +23,7 @@ from ..apps.stencil2d import CPU_MODES, MODES, Stencil2D
 from ..apps.stencil2d.config import check_mode, resolve_xp
 from ..comm import Communicator
 from ..transports import Transport, choose
-from .energy import ENERGY_REGION_S, EnergyMeter
+from .energy import energy_of_steps
 from .seeds import SEED_004_SOURCE, SEED_004_US, seed_reference
 
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -60,13 +60,12 @@ NO_ENERGY_ON_CPU = {"joules_per_step": None, "watts": None, "energy_why": "NVML 
 def energy_per_step(sim: Stencil2D, step_s: float) -> dict[str, Any]:
     """Collective: joules per step of the GPUs used (and their power, W) over a region of at least
     ENERGY_REGION_S of steps, or None figures and why."""
-    steps = max(4, math.ceil(ENERGY_REGION_S / max(step_s, 1e-7)))
-    steps += steps % 2  # graph mode replays two-step graphs
-    with EnergyMeter(sim.comm) as meter:
+
+    def run_steps(steps: int) -> None:
         sim.step(steps)
         sim.synchronize()
-    energy = meter.result
-    assert energy is not None
+
+    energy, steps = energy_of_steps(sim.comm, run_steps, step_s, multiple=2)  # graph mode: two-step graphs
     return {"joules_per_step": energy.per(steps), "watts": energy.watts, "energy_why": energy.why}
 
 

@@ -165,7 +165,7 @@ def _bench_transfer(
 ) -> None:
     ranks_or_relaunch(nprocs)
     from ..bench.machine import machine_info
-    from ..bench.results import plot_transfer, write_results
+    from ..bench.results import bytes_text, plot_transfer, write_results
     from ..bench.transfer import run_transfer, sizes_between, variants
     from ..comm import Communicator
     from ..gpu import use_local_gpu
@@ -188,7 +188,7 @@ def _bench_transfer(
         png = plot_transfer({"machine": machine, "results": rows, "benchmark": kind}, path.with_suffix(".png"))
         names = list(rows[0]["times"])
         body = [
-            [_bytes(r["bytes_per_peer"])]
+            [bytes_text(r["bytes_per_peer"])]
             + [
                 f"{r['times'][n]['median_s'] * 1e6:.1f} µs" if r["bytes_per_peer"] < 1 << 20 else f"{r['GBps'][n]:.0f}"
                 for n in names
@@ -200,13 +200,6 @@ def _bench_transfer(
         console.print(table(title, ["per peer", *names, "ceiling GB/s"], body))
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n} B"
 
 
 @bench_app.command("stencil2d")

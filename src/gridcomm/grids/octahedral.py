@@ -31,6 +31,12 @@ def parse_grid_name(name: str | int) -> int:
     return n
 
 
+def grid_points(n: int | str) -> int:
+    """Points of the octahedral grid O-N (a name or N): 4N(N + 9), without building the grid."""
+    n = parse_grid_name(n)
+    return 4 * n * (n + 9)
+
+
 class OctahedralGrid:
     """The octahedral reduced Gaussian grid O-N (the grid of ECMWF's IFS since 2016).
 
@@ -64,7 +70,7 @@ class OctahedralGrid:
         self.nlon: np.ndarray = np.concatenate([half, half[::-1]]).astype(np.int64)
         self.offsets: np.ndarray = np.concatenate([[0], np.cumsum(self.nlon)]).astype(np.int64)
         self.size: int = int(self.offsets[-1])
-        assert self.size == 4 * self.N * (self.N + 9)
+        assert self.size == grid_points(self.N)
         self.row: np.ndarray = np.repeat(np.arange(2 * self.N), self.nlon)
         k = np.arange(self.size) - self.offsets[self.row]  # index within the row
         # k / nlon first: equal fractions of a turn then give bitwise equal longitudes in every row.

@@ -3,6 +3,7 @@ p2p`` / ``bench alltoall``. Each figure stands beside its ceiling and its peers 
 
 from __future__ import annotations
 
+from ..bench.results import bytes_text
 from .figures import Cell, Column, FigureTable, cell, ratio, union
 from .folder import Result
 
@@ -97,13 +98,6 @@ def halo_gpu(result: Result) -> list[FigureTable]:
     return [table]
 
 
-def _size(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n} B"
-
-
 def transfer(result: Result) -> list[FigureTable]:
     """bench p2p / alltoall: time per exchange below 1 MiB per peer, GB/s sent per rank from 1 MiB, per transport
     beside NCCL and the peer-copy ceiling."""
@@ -119,7 +113,7 @@ def transfer(result: Result) -> list[FigureTable]:
         kind="bandwidth",
     )
     for r in rows:
-        key = (_size(r["bytes_per_peer"]),)
+        key = (bytes_text(r["bytes_per_peer"]),)
         if r["bytes_per_peer"] < MIB:
             latency.add(key, {labelled(n): cell(t["median_s"], US) for n, t in r["times"].items()})
             continue

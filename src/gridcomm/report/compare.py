@@ -9,9 +9,7 @@ from pathlib import Path
 from .document import Block, Document, Heading, Items, Paragraph, Table
 from .figures import FigureTable, number
 from .folder import Folder, Result, load_folder
-from .html import to_html
-from .markdown import to_markdown
-from .render import machine_rows
+from .render import machine_rows, write_document
 from .sections import ORDER, UNREADABLE, tables_of
 
 Key = tuple[str, int, int, str]  # benchmark, ranks, GPUs, transport asked for (stencil2d: one file per transport)
@@ -102,7 +100,4 @@ def write_compare(a: Path, b: Path, out: Path) -> tuple[Path, Path]:
     first, second = load_folder(a, "folder A"), load_folder(b, "folder B")
     doc = compare_document(first, second, (Path(a).name or str(a), Path(b).name or str(b)))
     out.mkdir(parents=True, exist_ok=True)
-    md, page = out / "compare.md", out / "compare.html"
-    md.write_text(to_markdown(doc))
-    page.write_text(to_html(doc))
-    return md, page
+    return write_document(doc, out, "compare")

@@ -139,7 +139,12 @@ def write_report(path: Path) -> tuple[Path, Path]:
     for r in folder.results:
         if r.png and source != path and r.benchmark in ORDER:
             shutil.copyfile(source / r.png, path / r.png)
-    md, page = path / "report.md", path / "report.html"
+    return write_document(doc, path, "report")
+
+
+def write_document(doc: Document, folder: Path, stem: str) -> tuple[Path, Path]:
+    """``doc`` as folder/<stem>.md and folder/<stem>.html (the same content); their paths."""
+    md, page = folder / f"{stem}.md", folder / f"{stem}.html"
     md.write_text(to_markdown(doc))
     page.write_text(to_html(doc))
     return md, page

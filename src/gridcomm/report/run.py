@@ -4,11 +4,9 @@ The run record (runs.json) is rewritten after each benchmark, so an interrupted 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -16,11 +14,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..cli.common import progress
+from ..launch import stop_process_group
 from .folder import LOG, RAW, RUN_RECORD
 from .suite import Invocation
 
 ERROR_LINES = 40  # lines of a failed benchmark's output shown in the report
 POLL_S = 0.25
+STOP_GRACE_S = 10.0  # seconds a stopped benchmark's mpiexec gets to end its ranks before SIGKILL
 INTERRUPTED = "interrupted"
 
 
@@ -31,18 +31,6 @@ def time_limit(invocation: Invocation) -> float:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """End a benchmark and its ranks: SIGINT to its process group first (mpiexec then ends its ranks)."""
-    for sig, grace in ((signal.SIGINT, 10.0), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _files(raw: Path) -> set[str]:
@@ -66,13 +54,13 @@ def run_one(invocation: Invocation, out: Path, log: IO[str], advance: Callable[[
         while proc.poll() is None:
             elapsed = time.perf_counter() - start
             if elapsed > time_limit(invocation):
-                _stop(proc)
+                stop_process_group(proc, STOP_GRACE_S)
                 status = f"timed out after {elapsed:.0f} s"
                 break
             advance(elapsed)
             time.sleep(POLL_S)
     except KeyboardInterrupt:  # the user's Ctrl-C: stop this benchmark, keep what ran (run_suite stops too)
-        _stop(proc)
+        stop_process_group(proc, STOP_GRACE_S)
         status = INTERRUPTED
     seconds = time.perf_counter() - start
     code = proc.returncode

@@ -90,7 +90,8 @@ def _stencil2d_peers(results: Sequence[Result]) -> list[FigureTable]:
         )
         cases = dict.fromkeys((r["n"], r["mode"]) for res in runs.values() for r in res.rows)
         for n, mode in cases:
-            cells = {dwarf_tables.JOULES.name: Cell(text=dwarf_tables.NO_ENERGY)}
+            # one figure per transport: each transport's own table above carries its energy per step
+            cells = {dwarf_tables.JOULES.name: Cell(text="in each transport's table")}
             for name, res in runs.items():
                 row = next((r for r in res.rows if (r["n"], r["mode"]) == (n, mode)), None)
                 cells[name] = cell(row and row["time_per_step_s"], 1e6, why="— (not run)")

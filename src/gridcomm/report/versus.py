@@ -6,7 +6,7 @@ from typing import Any
 
 from ..bench import seeds
 from ..bench.seeds import SeedFigure
-from ..grids.octahedral import parse_grid_name
+from ..grids.octahedral import grid_points
 
 #: MPDATA on the GPU: our transport -> the seed's figure for the same way of moving halos (Figure 17's text).
 #: ``staged`` (halos only, through pinned host memory) has no counterpart: the seed's host path moves whole fields.
@@ -25,12 +25,6 @@ SPECTRAL_BY_TRANSPORT: dict[str, SeedFigure] = {
     "ipc": seeds.SPECTRAL_IPC,
 }
 SPECTRAL_GRID = "O640"  # TCO639: cubic octahedral truncation 639 on the octahedral grid O640
-
-
-def grid_points(grid: str) -> int:
-    """Points of the octahedral grid O-N, 4N(N + 9) (OctahedralGrid's count, without building the grid)."""
-    n = parse_grid_name(grid)
-    return 4 * n * (n + 9)
 
 
 def seed_text(figure: SeedFigure | None) -> str:
