@@ -32,6 +32,28 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: run, log, note the status
 for what in "${@:-env tests}"; do
   for step in $what; do
     case $step in
+      nvshmem-setup)  # nvshmem4py from the carried wheels (.whl), into /tmp/site; cuda.core too where too old
+        stage nvshmem-setup 120 bash -c "$py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+--upgrade --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:\$PYTHONPATH $py -c 'import nvshmem.core' \
+|| $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+.whl/optional/*.whl; $py -m pip list 2>/dev/null | grep -i -E 'cuda|nvshmem|numba'; \
+PYTHONPATH=/tmp/site:\$PYTHONPATH $py -c 'import nvshmem.core, cuda.core; print(nvshmem.__version__, \
+cuda.core.__version__, nvshmem.core.get_version())'"
+        export PYTHONPATH="/tmp/site:$PYTHONPATH"
+        ;;
+      nvshmem-trials)  # which ways of building NVSHMEM kernels work (docs/nvshmem.md), 1 rank, then 2 ranks
+        stage nvshmem-trials1 120 $py benchmarks/nvshmem_mechanisms.py --out "$dir/results"
+        stage nvshmem-trials2 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x PYTHONPATH \
+          -x NVSHMEM_DISABLE_NVLS $py benchmarks/nvshmem_mechanisms.py --out "$dir/results"
+        ;;
+      tests-nvshmem)  # the nvshmem transport and the GPU-initiated stencil modes (after nvshmem-setup)
+        stage tests-nvshmem 560 $py -m pytest -m gpu -q -rs --timeout=500 --durations=10 -p no:cacheprovider \
+          tests/test_gpu.py tests/test_stencil2d.py -k "nvshmem or persistent or gpu_initiated"
+        ;;
+      bench-stencil2d-shmem1)  # one GPU: the GPU-initiated modes beside traditional and graph, every size
+        stage bench-stencil2d-shmem1 300 $py -m gridcomm bench stencil2d --np 1 --samples 5 \
+          --modes traditional,graph,nvshmem,persistent --out "$dir/results"
+        ;;
       env)
         stage env 60 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
 print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", numpy.__version__); \

@@ -11,12 +11,14 @@ from harness import describe_mismatch, expected_cells, local_with_sentinel, rand
 
 import gridcomm
 import gridcomm.comm
+import gridcomm.shmem
 from gpu_support import gpu_count, needs_gpus
 from gridcomm import FieldError, GridcommError, HaloExchanger, TransportError
 
 pytestmark = [pytest.mark.gpu, needs_gpus(1)]
 
-GPU_TRANSPORTS = ["staged", "nccl", "ipc", "auto"]
+NVSHMEM_USABLE = gridcomm.shmem.unavailable_reason() is None  # gridcomm[nvshmem] installed
+GPU_TRANSPORTS = ["staged", "nccl", "ipc", "auto"] + (["nvshmem"] if NVSHMEM_USABLE else [])
 RANK_COUNTS = [n for n in (1, 2) if n <= gpu_count()] or [1]
 ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}
 # The structured and unstructured suites also run in validation mode: every exchange is checked against the
@@ -58,6 +60,16 @@ def test_transpose_suite_with_ranks_sharing_a_gpu(mpi_checks):
         "GRIDCOMM_PROPERTY_TRANSPOSE_EXAMPLES": "40",
     }
     mpi_checks("checks_gpu_transpose", 3, timeout=300, env=env)
+
+
+@pytest.mark.skipif(not NVSHMEM_USABLE, reason=f"NVSHMEM not usable here: {gridcomm.shmem.unavailable_reason()}")
+@pytest.mark.parametrize("suite", ["checks_exchange", "checks_gpu_transpose", "checks_unstructured"])
+def test_nvshmem_suites_on_two_ranks(mpi_checks, suite):
+    """The suites over the nvshmem transport on 2 ranks: one GPU each where there are 2, else both on one GPU
+    (NVSHMEM runs several processes per GPU; puts between them go through the GPU's own memory)."""
+    env = {**ON_GPU, "GRIDCOMM_CHECK_TRANSPORTS": "nvshmem", "GRIDCOMM_PROPERTY_TRANSPOSE_EXAMPLES": "30"}
+    env.update({"GRIDCOMM_UNSTRUCTURED_EXAMPLES": "40"} if suite == "checks_unstructured" else {})
+    mpi_checks(suite, 2, timeout=400, env=env)
 
 
 @needs_gpus(2)
@@ -107,7 +119,7 @@ def test_an_exchange_with_nothing_to_move(cupy, decompose, transport):
     assert float(abs(f).sum()) == 0.0
 
 
-@pytest.mark.parametrize("transport", ["nccl", "ipc"])
+@pytest.mark.parametrize("transport", ["nccl", "ipc"] + (["nvshmem"] if NVSHMEM_USABLE else []))
 def test_capture_replays_the_exchange(cupy, decompose, transport):
     d = decompose((12, 10), halo=1, periodic=True)
     g = random_global(d.global_shape, "float32", 3)

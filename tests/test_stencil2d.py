@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_mpi
 from gpu_support import gpu_count, needs_gpus
-from gridcomm import GridcommError
+from gridcomm import GridcommError, shmem
 from gridcomm.apps.stencil2d import (
     Rect,
     Stencil2D,
@@ -26,6 +26,7 @@ from gridcomm.apps.stencil2d import (
     split_region,
     update_region,
 )
+from gridcomm.apps.stencil2d.config import SHMEM_MODES
 from gridcomm.apps.stencil2d.cuda_kernel import block_shape, launch_geometry
 from gridcomm.bench.stencil2d import SEED_004_US, benchmark_stencil2d, plot_stencil2d
 
@@ -174,6 +175,12 @@ def test_graph_mode_on_the_cpu_is_a_clear_error():
             call()
 
 
+@pytest.mark.parametrize("mode", SHMEM_MODES)
+def test_gpu_initiated_modes_on_the_cpu_are_a_clear_error(mode):
+    with pytest.raises(StencilError, match=rf"mode '{mode}'.*NVSHMEM.*needs a GPU.*'traditional' or 'overlapped'"):
+        Stencil2D(None, 8, mode=mode)
+
+
 def test_bad_input_is_a_clear_error():
     cases = [
         ({"n": 0}, r"n=0: .* n must be an integer >= 1"),
@@ -256,12 +263,18 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     assert "fma.rn" not in ptx  # nothing contracted: bitwise NumPy's sums
 
 
+NVSHMEM_WHY = shmem.unavailable_reason()
+
+
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("mode", ["traditional", "overlapped", "graph"])
+@pytest.mark.parametrize("mode", ["traditional", "overlapped", "graph", "nvshmem", "persistent"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_gpu_modes_match_numpy_serial_bitwise(mode, dtype):
     import cupy
+
+    if mode in SHMEM_MODES and NVSHMEM_WHY is not None:
+        pytest.skip(f"NVSHMEM not usable here: {NVSHMEM_WHY}")
 
     for n, batches in ((37, (4, 1, 4)), (1, (3,)), (300, (1, 2))):  # odd and even batches: both parities of graphs
         with Stencil2D(None, n, dtype, cupy, mode) as sim:
@@ -284,11 +297,35 @@ def test_gpu_modes_on_ranks_match_serial_bitwise(nranks):
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.skipif(NVSHMEM_WHY is not None, reason=f"NVSHMEM not usable here: {NVSHMEM_WHY}")
+def test_gpu_initiated_modes_refuse_what_they_cannot_do():
+    import cupy
+
+    for mode in SHMEM_MODES:
+        with pytest.raises(StencilError, match="halo=1"):
+            Stencil2D(None, 16, "float64", cupy, mode, halo=2)
+        with pytest.raises(StencilError, match="exchange=False"):
+            Stencil2D(None, 16, "float64", cupy, mode, exchange=False)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.mpi
+@pytest.mark.skipif(NVSHMEM_WHY is not None, reason=f"NVSHMEM not usable here: {NVSHMEM_WHY}")
+def test_gpu_initiated_modes_on_two_ranks_match_serial_bitwise():
+    """nvshmem and persistent on 2 ranks: one GPU each, or both on one GPU where only one is lent."""
+    rc, out = run_mpi(2, [str(PROGRAM), "--gpu", "--modes", ",".join(SHMEM_MODES)], timeout=600)
+    assert rc == 0 and "STENCIL2D-RANKS OK 2" in out, out[-6000:]
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_gpu_benchmark_times_every_mode():
     import cupy
 
     rows = benchmark_stencil2d(None, (64, 512), xp=cupy, samples=3, min_sample_s=0.005)
-    assert [r["mode"] for r in rows] == ["traditional", "overlapped", "graph"] * 2
+    modes = ["traditional", "overlapped", "graph"] + (list(SHMEM_MODES) if NVSHMEM_WHY is None else [])
+    assert [r["mode"] for r in rows] == modes * 2
     assert all(r["device"] == "gpu" and 0 < r["time_per_step_s"] < 0.1 for r in rows)
     # J per step from NVML's counter over a region of at least a second, at a plausible power
     assert all(r["joules_per_step"] > 0 and 50 < r["watts"] < 2000 for r in rows), rows

@@ -241,9 +241,11 @@ class BoundExchange:
         # Bytes copied outside the transport's kernels from this rank to itself per exchange.
         own_items = self._own.recv_size if copied else 0
         self.local_copy_nbytes = sum(own_items * spec.row_items * spec.dtype.itemsize for spec in specs)
-        if self.on_device:
-            packer: Any = DirectPacker if kind == "direct" else CudaPacker
-            self.packer = packer(self.layout, self.sources, own, self.destinations)
+        if self.on_device and kind == "direct":
+            self.packer = DirectPacker(self.layout, self.sources, own, self.destinations)
+        elif self.on_device:
+            received = self.transport.receive_buffer(self.comm, self.layout.recv_nbytes)
+            self.packer = CudaPacker(self.layout, self.sources, own, self.destinations, received)
         elif kind == "datatype":
             self.packer = DatatypePacker(self.layout, self.sources, self.destinations)
         elif kind == "direct":

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import gridcomm
+import gridcomm.shmem
 from gridcomm.transports import IpcTransport, MpiTransport
 
 # GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
@@ -41,6 +42,8 @@ if ON_GPU:
     TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
     if gridcomm.comm.mpi_cuda_aware():
         TRANSPORTS["mpi"] = "mpi"
+    if gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem] installed
+        TRANSPORTS["nvshmem"] = "nvshmem"
     TRANSPORT_CHOICES: dict[str, Any] = dict(TRANSPORTS)
 else:
     TRANSPORTS = HOST_TRANSPORTS
@@ -414,13 +417,15 @@ def run_property(
     until rank 0 sends None. Every rank returns normally except rank 0, which raises the (shrunk) failure.
 
     ``tally`` names counters printed with the number of examples at the end, e.g. {"must raise": pred}.
+    NVSHMEM allocates over every process of the job, so an example drawing transport "nvshmem" on fewer ranks
+    than ``comm`` has is rejected (tests/mpi_programs/checks_exchange.py checks that such a request is refused).
     """
     if comm.Get_rank() != 0:
         while (case := broadcast(comm, None)) is not None:
             run_everywhere(comm, case, nranks(case), run_case)
         return
 
-    from hypothesis import given
+    from hypothesis import given, reject
     from hypothesis import strategies as st
 
     start = time.perf_counter()
@@ -431,6 +436,8 @@ def run_property(
     @given(st.data())
     def property_holds(data: Any) -> None:
         case = data.draw(strategy, label="case")
+        if getattr(case, "transport", None) == "nvshmem" and nranks(case) != comm.Get_size():
+            reject()
         counts["examples"] += 1
         for name, predicate in tally.items():
             counts[name] += bool(predicate(case))

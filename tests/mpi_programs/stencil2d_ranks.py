@@ -1,11 +1,12 @@
 """The 2-D Jacobi dwarf on every rank of COMM_WORLD against the serial NumPy run on rank 0: the gathered result
 must be bitwise equal. Prints "STENCIL2D-RANKS OK <ranks>" on rank 0; exits non-zero on any mismatch.
 
-Usage: mpiexec -n N python tests/mpi_programs/stencil2d_ranks.py [--gpu]
+Usage: mpiexec -n N python tests/mpi_programs/stencil2d_ranks.py [--gpu] [--modes MODE,...]
 
 On the CPU: modes traditional and overlapped, float64 and float32, blocks from 1 x 1 to 9 x 9 points, ghost widths 1
-and 2. With --gpu (one rank per GPU, CuPy): all three modes over every GPU transport that fits the mode (graph mode
-needs ipc or nccl, and must refuse staged with a clear error).
+and 2. With --gpu (one rank per GPU, CuPy): the three exchanger modes over every GPU transport that fits the mode (graph
+mode needs ipc or nccl, and must refuse staged with a clear error), and where gridcomm[nvshmem] is installed the
+nvshmem and persistent modes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from harness import run_program
 
 import gridcomm
+import gridcomm.shmem
 from gridcomm.apps.stencil2d import Stencil2D, StencilError, compare, reference_run, run_stencil2d
 
 CPU_CASES = [  # (mode, n, steps, dtype, halo)
@@ -32,6 +34,12 @@ GPU_CASES = [  # (mode, transport, n, steps, dtype)
     for mode in ("traditional", "overlapped", "graph")
     for n, steps, dtype in ((33, 9, "float64"), (40, 6, "float32"))
 ]
+if gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem]: the GPU-initiated modes (no transport)
+    GPU_CASES += [
+        (mode, "auto", n, steps, dtype)
+        for mode in ("nvshmem", "persistent")
+        for n, steps, dtype in ((33, 9, "float64"), (40, 6, "float32"), (1, 3, "float64"), (130, 5, "float64"))
+    ]
 
 
 def control_differs(comm: gridcomm.Communicator) -> bool:
@@ -46,12 +54,16 @@ def control_differs(comm: gridcomm.Communicator) -> bool:
 
 def main(argv: list[str]) -> int:
     gpu = "--gpu" in argv
+    # --modes a,b keeps those modes (e.g. the NVSHMEM ones on ranks sharing a GPU, where NCCL refuses to run).
+    kept = argv[argv.index("--modes") + 1].split(",") if "--modes" in argv else None
     comm = gridcomm.Communicator()
     problems = []
     if gpu:
         import cupy
 
         for mode, transport, n, steps, dtype in GPU_CASES:
+            if kept is not None and mode not in kept:
+                continue
             what = f"GPU {mode}/{transport} n={n} steps={steps} {dtype}"
             if mode == "graph" and transport == "staged":
                 try:

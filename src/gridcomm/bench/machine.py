@@ -29,6 +29,11 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _nvshmem_versions() -> dict[str, str | None]:
+    """nvshmem4py's and the NVSHMEM libraries' versions, where installed (the nvshmem transport and modes)."""
+    return {"nvshmem4py": _version("nvshmem4py-cu13"), "libnvshmem": _version("nvidia-nvshmem-cu13")}
+
+
 def gpus() -> list[dict[str, Any]]:
     """Name and memory of each NVIDIA GPU that NVML sees (empty without GPUs or driver)."""
     try:
@@ -75,6 +80,7 @@ def machine_info(nranks: int, gpus_used: int = 0) -> dict[str, Any]:
             "mpi4py": _version("mpi4py"),
             "cupy": _version("cupy-cuda13x") or _version("cupy"),
             "mpi": mpi_library_version(),
+            **{k: v for k, v in _nvshmem_versions().items() if v is not None},
         },
         "mpi_cuda_aware": mpi_cuda_aware(),
     }

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..apps.stencil2d import CPU_MODES, MODES, Stencil2D
-from ..apps.stencil2d.config import check_mode, resolve_xp
+from ..apps.stencil2d import CPU_MODES, Stencil2D
+from ..apps.stencil2d.config import SHMEM_MODES, check_mode, resolve_xp
 from ..comm import Communicator
-from ..transports import Transport, choose
+from ..transports import NvshmemTransport, Transport, choose
 from .energy import energy_of_steps
 from .seeds import SEED_004_SOURCE, SEED_004_US, seed_reference
 
@@ -104,6 +104,19 @@ def time_steps(
     }
 
 
+def default_modes(comm: Communicator, on_gpu: bool, transport: str | Transport = "auto") -> list[str]:
+    """Every mode this machine runs: on the CPU traditional and overlapped; on the GPU graph too where the
+    transport's exchange can be captured (ipc, nccl), and nvshmem and persistent where NVSHMEM is usable."""
+    if not on_gpu:
+        return list(CPU_MODES)
+    modes = list(CPU_MODES)
+    if choose(transport, comm, on_device=True).graph_capturable:
+        modes.append("graph")
+    if NvshmemTransport().unusable_reason(comm, on_device=True) is None:
+        modes += list(SHMEM_MODES)
+    return modes
+
+
 def benchmark_stencil2d(
     comm: Any = None,
     sizes: Sequence[int] = DEFAULT_SIZES,
@@ -122,8 +135,7 @@ def benchmark_stencil2d(
     Args:
         comm: a gridcomm Communicator, an mpi4py communicator, or None (COMM_WORLD).
         sizes: points per rank side (the seed's "domain size per GPU").
-        modes: modes to time; None: every mode the device runs (traditional, overlapped, and on the GPU graph
-            where the transport can be captured: ipc, nccl).
+        modes: modes to time; None: every mode the device runs (``default_modes``).
         xp: numpy, cupy (or their names); None: cupy when a GPU is usable, else numpy.
         dtype, transport: as for Stencil2D.
         samples, min_sample_s: samples per figure (median reported) and the least duration of one, seconds.
@@ -142,9 +154,8 @@ def benchmark_stencil2d(
     comm = Communicator.wrap(comm)
     module = resolve_xp(xp)
     on_gpu = module.__name__ == "cupy"
-    if modes is None:  # graph mode only where the transport's exchange can be captured (ipc, nccl)
-        capturable = on_gpu and choose(transport, comm, on_device=True).graph_capturable
-        modes = MODES if capturable else CPU_MODES
+    if modes is None:
+        modes = default_modes(comm, on_gpu, transport)
     modes = list(modes)
     for mode in modes:
         check_mode(mode, on_gpu)

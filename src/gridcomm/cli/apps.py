@@ -106,7 +106,12 @@ def stencil2d(
     n: Annotated[int, typer.Option(help="Points per side of each rank's block (global grid: n px x n py).")] = 512,
     steps: Annotated[int, typer.Option(help="Jacobi steps to run.")] = 100,
     mode: Annotated[
-        str, typer.Option(help="traditional (exchange, then compute), overlapped, or graph (GPU: CUDA graphs).")
+        str,
+        typer.Option(
+            help="traditional (exchange, then compute), overlapped, or on the GPU graph (CUDA graphs), nvshmem "
+            "(halos put by the kernels) or persistent (one kernel for all steps); nvshmem and persistent need the "
+            "nvshmem extra and halo 1."
+        ),
     ] = "traditional",
     dtype: Annotated[str, typer.Option(help="float64 or float32.")] = "float64",
     gpu: Annotated[

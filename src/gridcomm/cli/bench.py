@@ -25,7 +25,7 @@ def _gpu_transports(comm: Any) -> list[str]:
     from .. import transports
 
     reasons = transports.available(comm, on_device=True)
-    return [n for n in ("staged", "mpi", "nccl", "ipc") if reasons.get(n) is None]
+    return [n for n in ("staged", "mpi", "nccl", "ipc", "nvshmem") if reasons.get(n) is None]
 
 
 @bench_app.command("halo")
@@ -210,6 +210,13 @@ def bench_stencil2d(
         str, typer.Option(help="Points per rank side, comma-separated.")
     ] = "64,128,256,512,1024,2048,4096,8192",
     transport: Annotated[str, typer.Option(help="Halo transport: auto, or one of `gridcomm info`'s.")] = "auto",
+    modes: Annotated[
+        str | None,
+        typer.Option(
+            help="Modes, comma-separated (default: every mode this machine runs; nvshmem and persistent "
+            "where the nvshmem extra is installed)."
+        ),
+    ] = None,
     samples: SamplesOption = 7,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
@@ -228,11 +235,13 @@ def bench_stencil2d(
     if on_gpu:
         use_local_gpu(comm)
     size_list = int_list(sizes, "--sizes")
-    modes = None if on_gpu else list(CPU_MODES)  # on the GPU: graph mode too where the transport can be captured
+    mode_list = name_list(modes, "--modes") if modes else None
+    if mode_list is None and not on_gpu:
+        mode_list = list(CPU_MODES)
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("stencil2d cases", total=None)
         rows = benchmark_stencil2d(
-            comm, size_list, modes, xp="cupy" if on_gpu else "numpy", transport=transport, samples=samples,
+            comm, size_list, mode_list, xp="cupy" if on_gpu else "numpy", transport=transport, samples=samples,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )  # fmt: skip
     if comm.rank == 0:
@@ -243,7 +252,7 @@ def bench_stencil2d(
         body = [
             [
                 str(r["n"]),
-                r["mode"],
+                r["mode"] if r["transport"] in (transport, "none") else f"{r['mode']} ({r['transport']})",
                 f"{r['time_per_step_s'] * 1e6:.1f}",
                 f"{r['no_exchange_s'] * 1e6:.1f}",
                 f"{r['over_no_exchange']:.2f}x",

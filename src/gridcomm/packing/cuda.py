@@ -184,6 +184,8 @@ class CudaPacker:
         fields: CuPy arrays sent from, in the layout's field order.
         local: the layout of what this rank sends itself (a one-peer Layout whose boxes pair one to one), or None.
         destinations: the CuPy arrays received into, field for field (a transposition's); None: ``fields``.
+        recv_buffer: a uint8 CuPy array of at least ``layout.recv_nbytes`` to receive into (a transport's own
+            memory); None: one is allocated.
     """
 
     copies_data = True
@@ -194,6 +196,7 @@ class CudaPacker:
         fields: Sequence[Any],
         local: Layout | None = None,
         destinations: Sequence[Any] | None = None,
+        recv_buffer: Any = None,
     ) -> None:
         import cupy
 
@@ -201,7 +204,7 @@ class CudaPacker:
         self.layout = layout
         received = fields if destinations is None else destinations
         self.send_buffer = device_allocation(layout.send_nbytes)
-        self.recv_buffer = device_allocation(layout.recv_nbytes)
+        self.recv_buffer = device_allocation(layout.recv_nbytes) if recv_buffer is None else recv_buffer
         self.local_nbytes = local.send_nbytes if local is not None else 0
         pack = Descriptors(cupy)
         pack.messages(layout.sends, layout.fields, fields, self.send_buffer.data.ptr, into=True)

@@ -11,6 +11,7 @@ from .cma import CmaTransport
 from .ipc import IpcTransport
 from .mpi import MpiTransport
 from .nccl import NcclTransport
+from .nvshmem import NvshmemTransport
 from .staged import StagedTransport
 
 _REGISTRY: dict[str, type[Transport]] = {
@@ -18,6 +19,7 @@ _REGISTRY: dict[str, type[Transport]] = {
     "ipc": IpcTransport,
     "mpi": MpiTransport,
     "nccl": NcclTransport,
+    "nvshmem": NvshmemTransport,
     "staged": StagedTransport,
 }
 
@@ -27,6 +29,7 @@ __all__ = [
     "IpcTransport",
     "MpiTransport",
     "NcclTransport",
+    "NvshmemTransport",
     "StagedTransport",
     "Transport",
     "auto_choice_reason",
@@ -103,5 +106,6 @@ def auto_choice_reason(reasons: dict[str, str | None], on_device: bool) -> str:
 
 
 def _preference(on_device: bool) -> list[str]:
-    """Fastest first, as measured by ``gridcomm bench halo`` (docs/design.md)."""
+    """Fastest first, as measured by ``gridcomm bench halo`` (docs/design.md). ``nvshmem`` is only taken when
+    asked for: it starts a process-wide runtime with a symmetric heap of its own."""
     return ["ipc", "nccl", "mpi", "staged"] if on_device else ["cma", "mpi"]

@@ -68,6 +68,11 @@ class Transport(ABC):
         """Which packer feeds this transport: contiguous buffers ('copy'), MPI datatypes ('datatype') or
         the fields' own memory runs ('direct', for transports that copy straight between fields)."""
 
+    def receive_buffer(self, comm: Communicator, nbytes: int) -> Any:
+        """Collective: device memory for the packer to receive ``nbytes`` into (a 'copy' packer on the GPU), where
+        the transport needs it to be its own (NVSHMEM's symmetric heap); None lets the packer allocate it."""
+        return None
+
     @abstractmethod
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
         """A channel for the messages of ``packer`` (sends to ``packer.layout.sends``' peers, and so on)."""

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..comm import Communicator
-from ..errors import ArgumentError, GridcommTimeout, TransportError
+from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
 from ..packing.cuda import (
     DST,
@@ -49,15 +49,10 @@ from ..packing.cuda import (
     kernel,
 )
 from ..packing.geometry import paired_grids
-from .base import Channel, PackerKind, Transport, wait_on_stream
+from .base import Channel, PackerKind, Transport
+from .gpu_waits import GpuWaitReport
 
-WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in kernels/ipc.cu
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction is read from the (unified) addresses
-_STEP_NAMES = {
-    WAIT_CLEAR: "the GPU waited for the peer to clear its halos for writing",
-    WAIT_DATA: "the GPU waited for the peer's halos",
-    PEER_GAVE_UP: "the peer gave up (its own wait timed out), so its halos never came",
-}
 
 
 @dataclass(frozen=True)
@@ -171,11 +166,7 @@ class _IpcChannel(Channel):
         self._flags = device_allocation(16 * comm.size)  # int64 CLEAR[size] then DATA[size]
         self._flags.fill(0)
         self._epoch = cupy.zeros(1, dtype=np.int64)
-        self._arrived = cupy.cuda.Event(block=False, disable_timing=True)
-        self._error_memory = cupy.cuda.alloc_pinned_memory(32)  # host-mapped: the GPU reports failed waits here
-        self._error = np.frombuffer(self._error_memory, dtype=np.int64, count=4)
-        self._error[:] = 0
-        self._limit_ns = np.uint64(0)
+        self._waits = GpuWaitReport(comm.rank, "ipc")
         self._handles: list[bytes] = []
         cupy.cuda.Device().synchronize()
         # Everyone publishes its flags and destinations and, per source, where that source's blocks land in them.
@@ -240,31 +231,14 @@ class _IpcChannel(Channel):
             src, dst = paired_grids(sources[seg.field].shape, seg.selection, shapes_there[f], dst_sel, spec)
             self._rows.add(sources[seg.field].data.ptr, src, addresses[f], dst)
 
-    def set_timeout(self, timeout: float) -> None:
-        self._limit_ns = np.uint64(int(timeout * 1e9))
-
     def before_pack(self, stream: Any, timeout: float) -> None:
-        self.set_timeout(timeout)
+        self._waits.set_timeout(timeout)
 
     def check(self, operation: str) -> None:
-        """Raise GridcommTimeout if a GPU-side wait gave up (read from host-mapped memory; no sync)."""
-        if self._error[0]:
-            _, peer, exchange, step = (int(x) for x in self._error)
-            self._error[:] = 0
-            raise GridcommTimeout(
-                f"{operation}: {_STEP_NAMES.get(step, 'a GPU-side wait failed')} in exchange {exchange}",
-                self._comm.rank,
-                [peer],
-                float(self._limit_ns) / 1e9,
-            )
+        self._waits.check(operation)
 
     def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
-        def gpu_stuck(elapsed: float) -> GridcommTimeout:
-            # The GPU-side waits give up after `timeout` each; a GPU still busy long after is stuck elsewhere.
-            return GridcommTimeout(f"{operation} (ipc: the GPU never finished)", self._comm.rank, [], elapsed)
-
-        wait_on_stream(stream, self._arrived, 2 * timeout + 5.0, gpu_stuck)
-        self.check(operation)
+        self._waits.wait(timeout, operation, stream)
 
     def close(self) -> None:
         import cupy
@@ -312,8 +286,8 @@ class _KernelChannel(_IpcChannel):
                 np.int32(len(self._sources)),
                 np.int32(self._comm.rank),
                 np.int32(self._comm.size),
-                self._limit_ns,
-                np.uint64(self._error.ctypes.data),
+                self._waits.limit_ns,
+                self._waits.address,
             ),
             stream=stream,
         )
@@ -353,7 +327,8 @@ class _CopyEngineChannel(_IpcChannel):
         from cupy.cuda import runtime
 
         one = ((1,), (1,))
-        rank, size, limit, error = np.int32(self._comm.rank), np.int32(self._comm.size), self._limit_ns, self._error
+        rank, size = np.int32(self._comm.rank), np.int32(self._comm.size)
+        limit, error = self._waits.limit_ns, self._waits.address
         kernel("ipc.cu", "gridcomm_ipc_open")(
             *one, (self._epoch, self._peer_flags, self._source_ranks, np.int32(len(self._sources)), rank), stream=stream
         )
@@ -361,7 +336,7 @@ class _CopyEngineChannel(_IpcChannel):
         for peer, abandoned, copies, lane, joined in self._lanes:
             lane.wait_event(self._fork)
             kernel("ipc.cu", "gridcomm_ipc_ready")(
-                *one, (self._epoch, self._flags, peer, abandoned, limit, np.uint64(error.ctypes.data)), stream=lane
+                *one, (self._epoch, self._flags, peer, abandoned, limit, error), stream=lane
             )
             for args in copies:
                 runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, lane.ptr)
@@ -376,7 +351,7 @@ class _CopyEngineChannel(_IpcChannel):
         kernel("ipc.cu", "gridcomm_ipc_close")(
             *one,
             (self._epoch, self._flags, self._source_ranks, np.int32(len(self._sources)), size, limit,
-             np.uint64(error.ctypes.data)),
+             error),
             stream=stream,
         )  # fmt: skip
 

@@ -10,10 +10,13 @@ import numpy as np
 from ...arrays import resolve_array_module
 from ...errors import GridcommError
 
-#: How a step moves halos and computes (see Stencil2D): the seed's, with overlap, and captured in a CUDA graph.
-MODES = ("traditional", "overlapped", "graph")
-#: Modes that run on the CPU (NumPy); "graph" needs CUDA.
+#: How a step moves halos and computes (see Stencil2D): the seed's, with overlap, captured in a CUDA graph, and
+#: GPU-initiated with NVSHMEM (kernels launched per step, or one persistent kernel for many steps).
+MODES = ("traditional", "overlapped", "graph", "nvshmem", "persistent")
+#: Modes that run on the CPU (NumPy); the others need CUDA.
 CPU_MODES = ("traditional", "overlapped")
+#: Modes whose halos move from the GPU's own kernels through NVSHMEM (gridcomm[nvshmem]).
+SHMEM_MODES = ("nvshmem", "persistent")
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 
@@ -36,13 +39,18 @@ def check_steps(steps: Any) -> int:
 
 
 def check_mode(mode: Any, on_gpu: bool | None = None) -> str:
-    """One of MODES; with ``on_gpu=False``, "graph" is refused (it captures CUDA work)."""
+    """One of MODES; with ``on_gpu=False``, the GPU-only modes are refused."""
     if mode not in MODES:
         raise StencilError(f"mode={mode!r} is unknown; use one of {', '.join(MODES)}")
-    if mode == "graph" and on_gpu is False:
+    if mode not in CPU_MODES and on_gpu is False:
+        why = (
+            "captures the step (exchange and kernels) in a CUDA graph"
+            if mode == "graph"
+            else "moves the halos from CUDA kernels through NVSHMEM"
+        )
         raise StencilError(
-            "mode 'graph' captures the step (exchange and kernels) in a CUDA graph, so it needs a GPU (xp=cupy, "
-            f"--gpu); on the CPU use mode {' or '.join(repr(m) for m in CPU_MODES)}"
+            f"mode {mode!r} {why}, so it needs a GPU (xp=cupy, --gpu); on the CPU use mode "
+            f"{' or '.join(repr(m) for m in CPU_MODES)}"
         )
     return str(mode)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,9 @@ from .numpy_kernel import fifth_of
 from .regions import Rect
 
 SOURCE = "jacobi2d.cu"
-#: NVRTC options: --fmad=false keeps every add and multiply separately rounded, as NumPy does them.
-OPTIONS = ("-std=c++17", "--fmad=false")
+#: NVRTC options: --fmad=false keeps every add and multiply separately rounded, as NumPy does them; the include
+#: path finds jacobi2d.cuh beside the source.
+OPTIONS = ("-std=c++17", "--fmad=false", f"-I{resources.files(__package__)}")
 KERNELS = {np.dtype(np.float64): "gridcomm_jacobi2d_f64", np.dtype(np.float32): "gridcomm_jacobi2d_f32"}
 THREADS = 256  # per block
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y; the kernel strides over rows beyond it

@@ -1,15 +1,13 @@
-// One Jacobi relaxation step of the 2-D five-point star stencil on a rectangle of a rank's block.
-//
-//   v[i][j] = ((((u[i][j] + u[i-1][j]) + u[i+1][j]) + u[i][j-1]) + u[i][j+1]) * fifth
-//
-// for row0 <= i < row1 and col0 <= j < col1, in local indices of arrays of `pitch` elements per row
-// (C order, j contiguous). The summation order is fixed and is the one NumPy uses in stencil2d/numpy_kernel.py;
-// compiled with --fmad=false nothing is contracted, so every point is bitwise NumPy's value.
+// One Jacobi relaxation step of the 2-D five-point star stencil on a rectangle of a rank's block: jacobi_point
+// (jacobi2d.cuh) for row0 <= i < row1 and col0 <= j < col1, in local indices of arrays of `pitch` elements per
+// row (C order, j contiguous).
 //
 // Threads: 2-D blocks, threadIdx.x along j (consecutive threads read and write consecutive addresses: coalesced),
 // threadIdx.y along i. Grid-stride loops in both directions, so any grid covers any rectangle (the host caps the
 // grid's y extent at 65535). The same kernel updates the whole block, the interior that needs no halo, or one
 // boundary strip: only the bounds differ.
+
+#include "jacobi2d.cuh"
 
 template <typename T>
 __device__ __forceinline__ void jacobi_rectangle(const T* __restrict__ u, T* __restrict__ v, long long pitch,
@@ -19,12 +17,7 @@ __device__ __forceinline__ void jacobi_rectangle(const T* __restrict__ u, T* __r
     for (int i = row0 + static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y); i < row1; i += row_step) {
         const long long row = static_cast<long long>(i) * pitch;
         for (int j = col0 + static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); j < col1; j += col_step) {
-            const long long c = row + j;
-            T sum = u[c] + u[c - pitch];
-            sum = sum + u[c + pitch];
-            sum = sum + u[c - 1];
-            sum = sum + u[c + 1];
-            v[c] = sum * fifth;
+            v[row + j] = jacobi_point<T>(u, row + j, pitch, fifth);
         }
     }
 }

@@ -19,6 +19,11 @@ Modes (the step is written once against the array module: NumPy on the CPU, CuPy
 * ``graph`` (GPU only): the overlapped step, captured in CUDA graphs once (one graph per parity for a single
   step, one per parity for two steps, after which u and v are back in place) and replayed: one launch per two
   steps, no host work in between. Needs a transport whose exchange runs without the host (ipc or nccl).
+* ``nvshmem`` (GPU, gridcomm[nvshmem], halo 1): the fields live in NVSHMEM's symmetric heap; per step a
+  boundary kernel waits for the halos, updates the boundary strips while storing their edge points straight into
+  the neighbours' halos, and signals them; the interior kernel follows. No exchanger, no host work per step.
+* ``persistent`` (likewise): one cooperative kernel runs all the steps of a ``step(k)`` call, its blocks
+  computing, storing their edges into the neighbours, syncing grid-wide and waiting on the neighbours' signals.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from ...decomp import CartesianDecomposition, choose_proc_grid
 from ...exchange import HaloExchanger, NoExchange
 from ...gpu import use_local_gpu
 from ...transports import Transport
-from .config import StencilError, check_dtype, check_halo, check_mode, check_n, check_steps, resolve_xp
+from ...transports.gpu_waits import GpuWaitReport
+from .config import SHMEM_MODES, StencilError, check_dtype, check_halo, check_mode, check_n, check_steps, resolve_xp
 from .initial import DEFAULT_SEED, initial_block
 from .regions import INNER, STRIPS, WHOLE, split_region, update_region
 
@@ -61,8 +67,10 @@ class Stencil2D:
         dtype: float64 (default) or float32.
         xp: the array module, ``numpy`` (CPU) or ``cupy`` (GPU: one rank per GPU, chosen with
             gridcomm.use_local_gpu), or its name; None picks cupy when a GPU is usable.
-        mode: ``"traditional"``, ``"overlapped"`` or ``"graph"`` (GPU only); see the module's docstring.
-        transport: for the HaloExchangers: ``"auto"``, a transport name or a configured Transport.
+        mode: ``"traditional"``, ``"overlapped"``, or on the GPU ``"graph"``, ``"nvshmem"`` or ``"persistent"``;
+            see the module's docstring.
+        transport: for the HaloExchangers: ``"auto"``, a transport name or a configured Transport (the nvshmem
+            and persistent modes have no exchanger: their kernels move the halos).
         halo: ghost width exchanged every step, in points (1 to n; the stencil reads 1).
         exchange: False leaves the halos alone (no exchanger; a benchmark's compute-only ceiling).
         timeout: seconds a rank waits for a silent peer (default: the communicator's).
@@ -70,6 +78,7 @@ class Stencil2D:
 
     Raises:
         StencilError: bad n, halo, dtype, mode, array module, or a transport that graph mode cannot capture.
+        TransportError: the nvshmem or persistent mode without NVSHMEM (naming the extra to install).
     """
 
     def __init__(
@@ -106,7 +115,17 @@ class Stencil2D:
         self.region = update_region(self.global_shape, start, (self.n, self.n), h)
         self.parts = split_region(self.region, (self.n, self.n), h)
         host = self._initial_local(seed)
-        self.fields = [self.xp.array(host), self.xp.array(host)]  # two copies: u and v
+        self._shmem: Any = None  # the nvshmem and persistent modes' kernels
+        self._symmetric: Any = None  # their fields' symmetric memory
+        if self.mode in SHMEM_MODES:
+            self._check_shmem_mode(exchange)
+            from ... import shmem
+            from .shmem_kernel import symmetric_fields
+
+            shmem.initialise(self.comm)
+            self._symmetric, self.fields = symmetric_fields(host, self.comm)
+        else:
+            self.fields = [self.xp.array(host), self.xp.array(host)]  # two copies: u and v
         self.stream: Any = None  # GPU: the compute stream; every update runs on it and every step ends on it
         self.exchange_stream: Any = None  # GPU, overlapped and graph: where the halo exchange runs
         if self.on_gpu:
@@ -118,9 +137,13 @@ class Stencil2D:
         self.steps_done = 0
         self._closed = False
         try:
-            for f in self.fields:  # one exchanger per field, so that swapping u and v copies nothing
-                self._exchangers.append(HaloExchanger(d, f, transport, timeout=timeout) if exchange else NoExchange())
-            self.transport = self._exchangers[0].transport.name if exchange else "none"
+            if self.mode in SHMEM_MODES:
+                self._start_shmem(timeout)
+            else:
+                for f in self.fields:  # one exchanger per field, so that swapping u and v copies nothing
+                    exchanger = HaloExchanger(d, f, transport, timeout=timeout) if exchange else NoExchange()
+                    self._exchangers.append(exchanger)
+                self.transport = self._exchangers[0].transport.name if exchange else "none"
             if self.on_gpu:
                 from .cuda_kernel import CudaJacobi
 
@@ -137,6 +160,25 @@ class Stencil2D:
             raise
 
     # -- set-up ----------------------------------------------------------------------------------------------
+
+    def _check_shmem_mode(self, exchange: bool) -> None:
+        if self.halo != 1:
+            raise StencilError(
+                f"mode {self.mode!r} stores each edge point into the neighbour's halo as it computes it, which needs "
+                f"halo=1 (the stencil's reach); got halo={self.halo}"
+            )
+        if not exchange:
+            raise StencilError(f"mode {self.mode!r} moves halos in its own kernels; exchange=False needs another mode")
+
+    def _start_shmem(self, timeout: float | None) -> None:
+        """The NVSHMEM kernels, and the first delivery of the initial field's edges."""
+        from .shmem_kernel import ShmemJacobi
+
+        self.transport = "nvshmem"
+        self._waits = GpuWaitReport(self.comm.rank, "nvshmem")
+        self._waits.set_timeout(self.comm.timeout if timeout is None else timeout)
+        self._shmem = ShmemJacobi(self.comm, self.fields, self.decomposition, self.region, self.parts, self._waits)
+        self._shmem.send_edges(0, 0, self.stream)
 
     def _initial_local(self, seed: int) -> np.ndarray:
         """This rank's local array on the host: the initial field on the block; zeros in the halo facing a
@@ -225,7 +267,16 @@ class Stencil2D:
         if self._closed:
             raise StencilError("this Stencil2D is closed; make a new one")
         k = check_steps(k)
-        if self.mode == "graph":
+        if self.mode == "persistent":
+            if k:
+                self._shmem.persistent(self._parity, self.steps_done, k, self.stream)
+                self._parity ^= k & 1
+        elif self.mode == "nvshmem":
+            for s in range(k):
+                self._shmem.boundary(self._parity, self.steps_done + s + 1, self.stream)
+                self._kernel.run(self._parity, INNER, self.stream)
+                self._parity ^= 1
+        elif self.mode == "graph":
             for _ in range(k // 2):
                 self._graphs[(self._parity, 2)].launch(self.stream)
             if k % 2:
@@ -246,6 +297,8 @@ class Stencil2D:
             if self.mode == "graph":
                 for exchanger in self._exchangers:
                     exchanger.check()
+            if self._shmem is not None:
+                self._waits.check(f"stencil2d {self.mode} step (up to step {self.steps_done})")
 
     # -- results ---------------------------------------------------------------------------------------------
 
@@ -266,6 +319,8 @@ class Stencil2D:
     @property
     def bytes_per_step(self) -> int:
         """Bytes this rank sends to other ranks per step (message padding included)."""
+        if self._shmem is not None:
+            return self._shmem.neighbours * self.n * self.dtype.itemsize
         return int(self._exchangers[self._parity].bytes_per_exchange[0]) if self._exchangers else 0
 
     @property
@@ -283,6 +338,14 @@ class Stencil2D:
         for exchanger in self._exchangers:
             exchanger.close()
         self._exchangers = []
+        if self._symmetric is not None:  # collective: no rank frees while a neighbour may still store into it
+            from ... import shmem
+
+            self.comm.mpi.Barrier()
+            if self._shmem is not None:
+                self._shmem.close()
+            shmem.free_symmetric(self._symmetric)
+            self._shmem = self._symmetric = None
 
     def close(self) -> None:
         """Collective: wait for the GPU, free the exchangers and graphs. The object cannot step afterwards."""

@@ -11,45 +11,20 @@
 //   2. each block waits until every destination has cleared exchange e, then copies its chunks;
 //   3. the last block to finish (a counter) fences, sets DATA = e at every destination, and waits until
 //      every source has set DATA = e here: when the kernel ends, this rank's halos are complete.
-// Waits spin on volatile loads with a time limit read from %globaltimer; a wait that gives up records
-// [1, peer, exchange, step] in host-mapped memory, and its block skips its copy, instead of hanging the GPU.
+// Waits (gpu_waits.cuh) spin with a time limit; a wait that gives up records it in host-mapped memory, and
+// its block skips its copy, instead of hanging the GPU.
 // The destinations then see the exchange marked abandoned and report it too: no rank goes on with halos
 // that were never written without being told.
+#include "gpu_waits.cuh"
 #include "runs.cuh"
-
-enum { WAIT_CLEAR = 1, WAIT_DATA = 2, PEER_GAVE_UP = 3 };
-
-__device__ __forceinline__ unsigned long long now_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-__device__ void report(volatile long long* error, int peer, long long exchange, int step) {
-    error[1] = peer; error[2] = exchange; error[3] = step;
-    __threadfence_system();
-    error[0] = 1;
-}
 
 // Waits until flags[slot] >= value for every (slot, peer) of the list; false after limit_ns, or as soon as
 // a peer has marked this exchange (or a later one) abandoned, flags[slot] <= -value.
 __device__ bool wait_all(const volatile long long* flags, const int* peers, int npeers, int base, long long value,
                          unsigned long long limit_ns, volatile long long* error, int step) {
     const unsigned long long start = now_ns();
-    for (int k = 0; k < npeers; ++k) {
-        long long seen;
-        while ((seen = flags[base + peers[k]]) < value) {
-            if (seen <= -value) {
-                report(error, peers[k], value, PEER_GAVE_UP);
-                return false;
-            }
-            if (now_ns() - start > limit_ns) {
-                report(error, peers[k], value, step);
-                return false;
-            }
-            __nanosleep(64);
-        }
-    }
+    for (int k = 0; k < npeers; ++k)
+        if (!wait_at_least(flags + base + peers[k], value, start, limit_ns, error, peers[k], step)) return false;
     return true;
 }
 

@@ -1,0 +1,72 @@
+"""Waits that run on the GPU (ipc flags, NVSHMEM signals) and give up instead of hanging it.
+
+A kernel that waits for a peer spins with a time limit read from %globaltimer; when the limit passes it writes
+[1, peer, exchange, step] into host-mapped memory and skips its copy. ``GpuWaitReport`` holds that memory and the
+limit for one channel, and turns a report into a GridcommTimeout on the host, without synchronising.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import GridcommTimeout
+from ..waiting import wait_on_stream
+
+WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in packing/kernels/gpu_waits.cuh
+STEP_NAMES = {
+    WAIT_CLEAR: "the GPU waited for the peer to clear its halos for writing",
+    WAIT_DATA: "the GPU waited for the peer's halos",
+    PEER_GAVE_UP: "the peer gave up (its own wait timed out), so its halos never came",
+}
+
+
+class GpuWaitReport:
+    """Host-mapped memory where a channel's kernels report a wait that gave up, and their time limit.
+
+    Args:
+        rank: this rank (named in the GridcommTimeout).
+        transport: the transport's name (named when the GPU never finishes at all).
+    """
+
+    def __init__(self, rank: int, transport: str) -> None:
+        import cupy
+
+        self._rank, self._transport = rank, transport
+        self._memory = cupy.cuda.alloc_pinned_memory(32)
+        self.error = np.frombuffer(self._memory, dtype=np.int64, count=4)
+        self.error[:] = 0
+        self.limit_ns = np.uint64(0)
+        self._arrived = cupy.cuda.Event(block=False, disable_timing=True)
+
+    @property
+    def address(self) -> np.uint64:
+        """The kernels' ``error`` argument."""
+        return np.uint64(self.error.ctypes.data)
+
+    def set_timeout(self, timeout: float) -> None:
+        """Seconds each GPU-side wait may take before it gives up."""
+        self.limit_ns = np.uint64(int(timeout * 1e9))
+
+    def check(self, operation: str) -> None:
+        """Raise GridcommTimeout if a GPU-side wait gave up (read from host-mapped memory; no sync)."""
+        if self.error[0]:
+            _, peer, exchange, step = (int(x) for x in self.error)
+            self.error[:] = 0
+            raise GridcommTimeout(
+                f"{operation}: {STEP_NAMES.get(step, 'a GPU-side wait failed')} in exchange {exchange}",
+                self._rank,
+                [peer],
+                float(self.limit_ns) / 1e9,
+            )
+
+    def wait(self, timeout: float, operation: str, stream: Any) -> None:
+        """Wait on the host until ``stream`` has passed the exchange, then ``check``."""
+
+        def gpu_stuck(elapsed: float) -> GridcommTimeout:
+            # The GPU-side waits give up after `timeout` each; a GPU still busy long after is stuck elsewhere.
+            return GridcommTimeout(f"{operation} ({self._transport}: the GPU never finished)", self._rank, [], elapsed)
+
+        wait_on_stream(stream, self._arrived, 2 * timeout + 5.0, gpu_stuck)
+        self.check(operation)

@@ -1,0 +1,99 @@
+"""The nvshmem transport and NVSHMEM kernels where nothing can run them: without nvshmem4py the transport is
+reported unusable with the extra to install, asking for it is a clear error, host arrays are refused, and a
+kernel that does not build is a DeviceError carrying the compiler's words. The GPU tests (test_gpu.py,
+test_stencil2d.py) run the transport and the nvshmem and persistent modes where gridcomm[nvshmem] is installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gridcomm
+from gridcomm import DeviceError, TransportError, shmem
+from gridcomm.transports import NvshmemTransport, choose
+
+EXTRA = "gridcomm[nvshmem]"
+
+
+@pytest.fixture
+def no_nvshmem4py(monkeypatch):
+    """nvshmem4py unimportable, whether or not it is installed."""
+    for name in ("nvshmem", "nvshmem.core"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.fixture
+def comm():
+    with gridcomm.Communicator() as c:
+        yield c
+
+
+def test_missing_nvshmem4py_names_the_extra(no_nvshmem4py, comm):
+    reason = shmem.unavailable_reason()
+    assert reason is not None and "nvshmem4py" in reason and EXTRA in reason
+    assert NvshmemTransport().unusable_reason(comm, on_device=True) == reason
+    with pytest.raises(TransportError, match=r"nvshmem.*cannot be used.*gridcomm\[nvshmem\]"):
+        choose("nvshmem", comm, on_device=True)
+    with pytest.raises(TransportError, match=r"NVSHMEM is not usable.*gridcomm\[nvshmem\]"):
+        shmem.require()
+
+
+def test_host_arrays_are_refused(comm):
+    assert "GPU arrays only" in NvshmemTransport().unusable_reason(comm, on_device=False)
+    d = gridcomm.CartesianDecomposition(comm, (8, 6), halo=1, periodic=True)
+    with pytest.raises(TransportError, match="GPU arrays only"):
+        gridcomm.HaloExchanger(d, d.zeros(), "nvshmem")
+
+
+def test_auto_never_picks_nvshmem(comm):
+    """It starts a process-wide runtime and a symmetric heap: only taken when asked for."""
+    assert "nvshmem" in gridcomm.transports.names()
+    assert "nvshmem" not in gridcomm.transports._preference(True)
+
+
+def test_info_reports_nvshmem_unusable_with_the_reason(tmp_path):
+    hidden = tmp_path / "nvshmem"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text('raise ImportError("nvshmem4py hidden by the test")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-m", "gridcomm", "info"], capture_output=True, text=True, env=env, timeout=120
+    ).stdout
+    assert "not nvshmem" in out and "nvshmem4py" in " ".join(out.split()), out
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.skipif(shmem.nvshmem_home() is None, reason="NVSHMEM headers not installed")
+def test_a_kernel_that_does_not_build_is_a_device_error_with_the_compiler_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRIDCOMM_CACHE", str(tmp_path / "cache"))
+    broken = tmp_path / "broken.cu"
+    broken.write_text('#include <nvshmem.h>\nextern "C" __global__ void k() { nvshmem_no_such_call(); }\n')
+    with pytest.raises(DeviceError, match=r"(?s)building broken.cu against NVSHMEM failed.*nvshmem_no_such_call"):
+        shmem.build_cubin(broken, "90")
+    assert not list((tmp_path / "cache").rglob("*.cubin"))  # nothing half-built is cached
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.skipif(shmem.nvshmem_home() is None, reason="NVSHMEM headers not installed")
+def test_built_kernels_are_cached_by_source_and_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRIDCOMM_CACHE", str(tmp_path))
+    source = tmp_path / "ring.cu"
+    source.write_text('#include <nvshmem.h>\nextern "C" __global__ void ring(int* x) { *x = nvshmem_my_pe(); }\n')
+    first = shmem.build_cubin(source, "90")
+    assert shmem.build_cubin(source, "90") == first  # cached: the same file, not rebuilt
+    assert shmem.build_cubin(source, "90", ("--fmad=false",)) != first
+    source.write_text(source.read_text() + "// changed\n")
+    assert shmem.build_cubin(source, "90") != first
+    assert b"ring" in first.read_bytes() and first.stat().st_size > 1000
+
+
+def test_kernel_sources_ship_beside_the_modules():
+    package = Path(gridcomm.__file__).parent
+    assert (package / "packing" / "kernels" / "nvshmem.cu").exists()
+    assert (package / "apps" / "stencil2d" / "jacobi2d_nvshmem.cu").exists()
+    assert (package / "packing" / "kernels" / "gpu_waits.cuh").exists()
