@@ -48,7 +48,7 @@ cuda.core.__version__, nvshmem.core.get_version())'"
         ;;
       tests-nvshmem)  # the nvshmem transport and the GPU-initiated stencil modes (after nvshmem-setup)
         stage tests-nvshmem 560 $py -m pytest -m gpu -q -rs --timeout=500 --durations=10 -p no:cacheprovider \
-          tests/test_gpu.py tests/test_stencil2d.py -k "nvshmem or persistent or gpu_initiated"
+          tests/test_gpu.py tests/test_stencil2d.py -k "nvshmem or persistent or gpu_initiated or gpu_side"
         ;;
       bench-stencil2d-shmem1)  # one GPU: the GPU-initiated modes beside traditional and graph, every size
         stage bench-stencil2d-shmem1 300 $py -m gridcomm bench stencil2d --np 1 --samples 5 \

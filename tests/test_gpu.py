@@ -72,6 +72,14 @@ def test_nvshmem_suites_on_two_ranks(mpi_checks, suite):
     mpi_checks(suite, 2, timeout=400, env=env)
 
 
+@pytest.mark.skipif(gpu_count() != 1, reason="with 2 GPUs test_gpu_transports_between_two_gpus runs these checks")
+def test_gpu_side_timeouts_with_ranks_sharing_a_gpu(mpi_checks):
+    """ipc's and nvshmem's GPU-side waits, and the persistent stencil kernel's, give up on a silent peer when the
+    two ranks share the one GPU there is (tests/mpi_programs/checks_gpu.py)."""
+    checks = ("check_gpu_side_waits_time_out_then_recover", "check_persistent_stencil_silent_neighbour_times_out")
+    mpi_checks("checks_gpu", 2, timeout=200, env=ON_GPU, checks=checks)
+
+
 @needs_gpus(2)
 def test_gpu_transports_between_two_gpus(mpi_checks):
     """Streams, graphs, timeouts and device checks that need a peer GPU (tests/mpi_programs/checks_gpu.py)."""

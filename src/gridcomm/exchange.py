@@ -76,8 +76,9 @@ class ExchangeHandle:
         After a timeout the exchange is still in flight and ``wait()`` may be called again: with host-side
         waits (mpi, staged, cma) that completes it once the peer answers. ``nccl`` aborts its communicator
         (NCCL's kernels would spin forever): the exchanger then raises on every use; make a new one. GPU-side
-        waits (ipc) give up on the GPU: that exchange's halos are undefined, the next ``wait()`` returns,
-        the peers are told, and the next exchange is right once the silent peer has caught up.
+        waits (ipc, nvshmem) give up on the GPU: that exchange is over with its halos undefined (the next
+        ``wait()`` returns, and the next exchange may start at once), the peers are told, and the next exchange
+        is right once the silent peer has caught up.
         """
         if not self.done:
             self._exchanger._complete(self.stream)

@@ -1,6 +1,7 @@
-"""GPU checks that need a peer GPU: overlap on streams, graph replays across GPUs, silent peers.
+"""GPU checks between two ranks: overlap on streams, graph replays across GPUs, silent peers.
 
-Run on exactly 2 ranks with GRIDCOMM_CHECK_DEVICE=gpu (one GPU each, chosen by runner.py).
+Run on exactly 2 ranks with GRIDCOMM_CHECK_DEVICE=gpu: one GPU each (chosen by runner.py), or, for the
+silent-peer checks of ipc, nvshmem and the persistent stencil, both ranks on one GPU.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ from harness import (
     ranks,
 )
 
-from gridcomm import CartesianDecomposition, GridcommError, GridcommTimeout, HaloExchanger
+from gridcomm import CartesianDecomposition, GridcommError, GridcommTimeout, HaloExchanger, shmem
+from gridcomm.apps.stencil2d import Stencil2D
 
 GRAPH_TRANSPORTS = ("nccl", "ipc")
+NVSHMEM_USABLE = shmem.unavailable_reason() is None
+# Transports whose waits run on the GPU, with a time limit of their own.
+GPU_WAIT_TRANSPORTS = ("ipc", "nvshmem") if NVSHMEM_USABLE else ("ipc",)
+
 
 
 def _setup(comm, shape=(64, 48), halo=2, dtype="float64", seed=0):
@@ -101,41 +107,67 @@ def _released(graph, when: str) -> list[str]:
 
 
 @ranks(only=[2])
-def check_ipc_silent_peer_times_out_then_recovers(comm):
-    """Rank 1 stays out; rank 0's GPU-side wait gives up after the timeout and wait() raises GridcommTimeout
-    naming rank 0, peer 1 and the exchange. That exchange is abandoned: a second wait() returns, and rank 1,
-    arriving late, is told that rank 0 gave up on it instead of going on with halos never written. The next
-    exchange is right on both ranks."""
+def check_gpu_side_waits_time_out_then_recover(comm):
+    """ipc and nvshmem (whose waits run on the GPU): rank 1 stays out; rank 0's GPU-side wait gives up after the
+    timeout and wait() raises GridcommTimeout naming rank 0, peer 1 and the exchange. That exchange is abandoned:
+    a second wait() returns, and rank 1, arriving late, is told that rank 0 gave up on it instead of going on
+    with halos never written. The next exchange is right on both ranks."""
     problems = []
-    d, g, f = _setup(comm)
-    ex = HaloExchanger(d, f, "ipc", timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
-    if comm.Get_rank() == 0:
-        handle = ex.start()
-        start = time.monotonic()
-        try:
+    for transport in GPU_WAIT_TRANSPORTS:
+        d, g, f = _setup(comm)
+        ex = HaloExchanger(d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
+        if comm.Get_rank() == 0:
+            handle = ex.start()
+            start = time.monotonic()
+            try:
+                handle.wait()
+                problems.append(f"{transport}: no timeout although rank 1 never started the exchange")
+            except Exception as exc:
+                problems += [f"{transport}: {p}" for p in describe_timeout(exc, time.monotonic() - start)]
             handle.wait()
-            problems.append("no timeout although rank 1 never started the exchange")
-        except Exception as exc:
-            problems += describe_timeout(exc, time.monotonic() - start)
-        handle.wait()
-        release(comm)
-    else:
-        await_release(comm)
+            release(comm)
+        else:
+            await_release(comm)
+            try:
+                ex.exchange()  # the exchange rank 0 abandoned
+                problems.append(f"{transport}: rank 1 was not told that rank 0 gave up on the exchange")
+            except GridcommTimeout as exc:
+                if exc.peers != (0,) or "gave up" not in str(exc):
+                    problems.append(f"{transport}, rank 1: {exc}")
+        comm.Barrier()
+        f[...] = cupy.asarray(local_with_sentinel(d, g))
+        cupy.cuda.Device().synchronize()
+        ex.exchange()
+        cupy.cuda.Device().synchronize()
+        if p := _wrong(d, f, g):
+            problems.append(f"{transport}: the exchange after the recovery: {p}")
+        ex.close()
+        d.comm.close()
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
+@ranks(only=[2])
+def check_persistent_stencil_silent_neighbour_times_out(comm):
+    """The persistent stencil kernel on rank 1 waits for a neighbour (rank 0) that never steps: it stops after
+    the timeout instead of spinning for ever, and synchronize() raises GridcommTimeout naming rank 1 and peer 0."""
+    if not NVSHMEM_USABLE:
+        return
+    problems = []
+    sim = Stencil2D(comm, 32, "float64", cupy, "persistent", timeout=TIMEOUT_S)
+    if comm.Get_rank() == 1:
+        start = time.monotonic()
+        sim.step(5)
         try:
-            ex.exchange()  # the exchange rank 0 abandoned
-            problems.append("rank 1 was not told that rank 0 gave up on the exchange")
+            sim.synchronize()
+            problems.append("no timeout although rank 0 never stepped")
         except GridcommTimeout as exc:
-            if exc.peers != (0,) or "gave up" not in str(exc):
-                problems.append(f"rank 1: {exc}")
-    comm.Barrier()
-    f[...] = cupy.asarray(local_with_sentinel(d, g))
-    cupy.cuda.Device().synchronize()
-    ex.exchange()
-    cupy.cuda.Device().synchronize()
-    if p := _wrong(d, f, g):
-        problems.append(f"the exchange after the recovery: {p}")
-    ex.close()
-    d.comm.close()
+            elapsed = time.monotonic() - start
+            if exc.rank != 1 or tuple(exc.peers) != (0,) or "persistent" not in str(exc) or elapsed > TIMEOUT_S + 4:
+                problems.append(f"GridcommTimeout {exc} (peers {exc.peers}) after {elapsed:.1f} s")
+        release(comm, sender=1)
+    else:
+        await_release(comm, sender=1)
+    sim.close()
     assert_everywhere(comm, "\n".join(problems) or None)
 
 

@@ -30,16 +30,18 @@ def _right(d, f) -> str | None:
     return None if f.tolist() == expect else f"local array {f.tolist()}, expected {expect}"
 
 
-def release(comm) -> None:
-    comm.send("go", dest=1, tag=RELEASE_TAG)
+def release(comm, sender: int = 0) -> None:
+    """``sender`` tells the other rank of two that it is done."""
+    comm.send("go", dest=1 - sender, tag=RELEASE_TAG)
 
 
-def await_release(comm) -> None:
-    request = comm.irecv(source=0, tag=RELEASE_TAG)
+def await_release(comm, sender: int = 0) -> None:
+    """Wait (politely, for at most a minute) until ``sender`` says it is done."""
+    request = comm.irecv(source=sender, tag=RELEASE_TAG)
     start = time.monotonic()
     while not request.test()[0]:
         if time.monotonic() - start > 60:
-            raise RuntimeError("rank 0 never released rank 1")
+            raise RuntimeError(f"rank {sender} never released rank {1 - sender}")
         time.sleep(0.001)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import GridcommTimeout
 from ..waiting import wait_on_stream
+from .base import Channel
 
 WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in packing/kernels/gpu_waits.cuh
 STEP_NAMES = {
@@ -62,11 +63,36 @@ class GpuWaitReport:
             )
 
     def wait(self, timeout: float, operation: str, stream: Any) -> None:
-        """Wait on the host until ``stream`` has passed the exchange, then ``check``."""
+        """Wait on the host until ``stream`` has passed the exchange (GridcommTimeout if the GPU never does)."""
 
         def gpu_stuck(elapsed: float) -> GridcommTimeout:
             # The GPU-side waits give up after `timeout` each; a GPU still busy long after is stuck elsewhere.
             return GridcommTimeout(f"{operation} ({self._transport}: the GPU never finished)", self._rank, [], elapsed)
 
         wait_on_stream(stream, self._arrived, 2 * timeout + 5.0, gpu_stuck)
+
+
+class GpuWaitChannel(Channel):
+    """A channel whose kernels wait for the peers themselves (``self._waits``, a GpuWaitReport).
+
+    When such a wait gives up, the GPU has finished the exchange without the silent peer's data: the exchange
+    is abandoned (its halos are undefined), and the next one may start at once; the peers are told by the
+    kernels, and the next exchange is right once the silent peer has caught up.
+    """
+
+    _waits: GpuWaitReport
+
+    def before_pack(self, stream: Any, timeout: float) -> None:
+        self.abandoned = False
+        self._waits.set_timeout(timeout)
+
+    def check(self, operation: str) -> None:
+        try:
+            self._waits.check(operation)
+        except GridcommTimeout:
+            self.abandoned = True
+            raise
+
+    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+        self._waits.wait(timeout, operation, stream)
         self.check(operation)

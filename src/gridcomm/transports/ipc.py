@@ -50,7 +50,7 @@ from ..packing.cuda import (
 )
 from ..packing.geometry import paired_grids
 from .base import Channel, PackerKind, Transport
-from .gpu_waits import GpuWaitReport
+from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction is read from the (unified) addresses
 
@@ -150,7 +150,7 @@ def _export(address: int) -> tuple[bytes, int]:
         ) from None
 
 
-class _IpcChannel(Channel):
+class _IpcChannel(GpuWaitChannel):
     """What both methods share: the flags, the mappings, the rows to copy, the waits and the timeout report.
 
     ``self._rows`` holds one descriptor row per selection: from this rank's sources (``packer.fields``) into
@@ -230,15 +230,6 @@ class _IpcChannel(Channel):
             spec = layout.fields[seg.field]
             src, dst = paired_grids(sources[seg.field].shape, seg.selection, shapes_there[f], dst_sel, spec)
             self._rows.add(sources[seg.field].data.ptr, src, addresses[f], dst)
-
-    def before_pack(self, stream: Any, timeout: float) -> None:
-        self._waits.set_timeout(timeout)
-
-    def check(self, operation: str) -> None:
-        self._waits.check(operation)
-
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
-        self._waits.wait(timeout, operation, stream)
 
     def close(self) -> None:
         import cupy

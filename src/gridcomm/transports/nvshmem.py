@@ -17,7 +17,7 @@ from .. import shmem
 from ..comm import Communicator
 from ..errors import TransportError
 from .base import Channel, PackerKind, Transport
-from .gpu_waits import GpuWaitReport
+from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
 SEND_OFFSET, RECV_OFFSET, NBYTES, PE, RANK, ROW = range(6)  # as in kernels/nvshmem.cu
 THREADS = 512
@@ -61,7 +61,7 @@ def _max() -> Any:
     return MPI.MAX
 
 
-class _NvshmemChannel(Channel):
+class _NvshmemChannel(GpuWaitChannel):
     def __init__(self, comm: Communicator, packer: Any) -> None:
         import cupy
 
@@ -100,9 +100,6 @@ class _NvshmemChannel(Channel):
         cupy.cuda.Device().synchronize()
         comm.mpi.Barrier()
 
-    def before_pack(self, stream: Any, timeout: float) -> None:
-        self._waits.set_timeout(timeout)
-
     def start(self, stream: Any = None) -> None:
         if not (self._ndest or self._nsrc):
             return  # nothing moves between ranks (one rank: a periodic wrap is the pack kernel's)
@@ -127,12 +124,6 @@ class _NvshmemChannel(Channel):
             ),
             stream=stream,
         )
-
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
-        self._waits.wait(timeout, operation, stream)
-
-    def check(self, operation: str) -> None:
-        self._waits.check(operation)
 
     def _free(self) -> None:
         import cupy
