@@ -30,7 +30,6 @@ NVSHMEM_USABLE = shmem.unavailable_reason() is None
 GPU_WAIT_TRANSPORTS = ("ipc", "nvshmem") if NVSHMEM_USABLE else ("ipc",)
 
 
-
 def _setup(comm, shape=(64, 48), halo=2, dtype="float64", seed=0):
     d = CartesianDecomposition(comm, shape, halo=halo, periodic=True, proc_grid=(2, 1))
     g = random_global(shape, dtype, seed)

@@ -512,6 +512,85 @@ def bench_spectral(
     comm.close()
 
 
+@bench_app.command("scaling")
+def bench_scaling(
+    results: Annotated[Path, typer.Option(help="Folder of result files the model is built from.")] = Path(
+        "benchmarks/results"
+    ),
+    network_gbps: Annotated[float, typer.Option(help="Network between nodes, GB/s per GPU and direction.")] = 50.0,
+    network_latency_us: Annotated[float, typer.Option(help="Latency of one exchange between nodes, µs.")] = 10.0,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node, joined by NVLink.")] = 8,
+    out: OutOption = Path("benchmarks/results"),
+) -> None:
+    """Predict time per step on 1 to 1,024 GPUs from measured results (it measures nothing): the model of
+    docs/scaling.md, its predictions beside every multi-GPU point measured; JSON and a PNG plot."""
+    from ..bench import scaling
+    from ..bench.machine import machine_info
+    from ..bench.results import write_results
+
+    try:
+        inputs = scaling.load_inputs(
+            results,
+            network_GBps=network_gbps,
+            network_latency_s=network_latency_us * 1e-6,
+            gpus_per_node=gpus_per_node,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    halo = scaling.halo_coefficient()
+    predictions = scaling.predict(inputs, halo_per_sqrt=halo)
+    comparisons = scaling.compare(inputs)
+    m = inputs.machine
+    console.print(
+        table(
+            "model inputs",
+            ["figure", "value", "from"],
+            [
+                ["NVLink, per GPU and direction", f"{m.nvlink_GBps:.0f} GB/s", inputs.sources.get("links", "-")],
+                ["one exchange over NVLink", f"{m.nvlink_latency_s * 1e6:.1f} µs", inputs.sources.get("links", "-")],
+                ["network, per GPU and direction", f"{m.network_GBps:.0f} GB/s", "stated (--network-gbps)"],
+                ["one exchange over the network", f"{m.network_latency_s * 1e6:.1f} µs", "stated"],
+                ["GPUs per node", str(m.gpus_per_node), "stated"],
+                ["least time of a kernel", f"{scaling.KERNEL_FLOOR_S * 1e6:.1f} µs", "stated (docs/scaling.md)"],
+                ["MPDATA halo nodes (2 layers) / sqrt(owned)", f"{halo:.2f}", "O96 in 16 equal regions"],
+            ],
+        )
+    )
+    counts = scaling.GPU_COUNTS
+    body = [
+        [dwarf, case, *(_duration(curve[p]) for p in counts)]
+        for dwarf, cases in predictions.items()
+        for case, curve in cases.items()
+    ]
+    console.print(
+        table("predicted time per step (all-to-all: per exchange)", ["dwarf", "case", *map(str, counts)], body)
+    )
+    body = [
+        [c["dwarf"], scaling.case_name(c["dwarf"], c["size"]), str(c["gpus"]), _duration(c["measured_s"]),
+         _duration(c["predicted_s"]), f"{c['ratio']:.2f}"]
+        for c in comparisons
+    ]  # fmt: skip
+    columns = ["dwarf", "case", "GPUs", "measured", "predicted", "predicted / measured"]
+    console.print(table("the model beside every multi-GPU point measured", columns, body))
+    console.print(
+        table("the scaling issue's targets, as predicted", ["target", "predicted"], scaling.targets(predictions))
+    )
+    rows = [
+        {"dwarf": dwarf, "case": case, "gpus": p, "predicted_s": t}
+        for dwarf, cases in predictions.items()
+        for case, curve in cases.items()
+        for p, t in curve.items()
+    ]
+    config = scaling.model_config(inputs, comparisons, halo)
+    path = write_results(out, "scaling-model", machine_info(1, gpus_used=0), config, rows)
+    png = scaling.plot_scaling(predictions, comparisons, path.with_suffix(".png"))
+    console.print(f"results: {path}\nplot:    {png}")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} µs"
+
+
 @bench_app.command("soak")
 def bench_soak(
     nprocs: NpOption = 4,

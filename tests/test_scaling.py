@@ -1,0 +1,102 @@
+"""The scaling model (gridcomm.bench.scaling, docs/scaling.md): its link arithmetic, each dwarf's prediction, the
+inputs read from the committed result files, the comparison with the points measured on 2 GPUs, and the
+command that prints and stores it all."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gridcomm.bench import scaling
+from gridcomm.cli import app
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+M = scaling.Machine(nvlink_GBps=400.0, nvlink_latency_s=8e-6, network_GBps=50.0, network_latency_s=10e-6)
+
+
+def test_an_exchange_uses_nvlink_and_the_network_at_once():
+    assert M.exchange_s(0, 0) == 0
+    assert M.exchange_s(400e6, 0) == pytest.approx(8e-6 + 1e-3)
+    assert M.exchange_s(0, 50e6) == pytest.approx(10e-6 + 1e-3)
+    assert M.exchange_s(400e6, 50e6) == pytest.approx(10e-6 + 1e-3)  # the slower link sets the time
+
+
+def test_alltoall_crosses_the_network_beyond_one_node():
+    assert scaling.alltoall_s(M, 1, 1 << 20) == 0
+    within = [scaling.alltoall_s(M, p, 1 << 20) for p in (2, 4, 8)]
+    assert within == sorted(within) and within[-1] == pytest.approx(M.exchange_s(7 << 20, 0))
+    assert scaling.alltoall_s(M, 16, 1 << 20) == pytest.approx(M.exchange_s(7 << 20, 8 << 20))
+
+
+def test_stencil_exchange_is_that_of_its_slowest_rank():
+    one = 100e-6
+    assert scaling.stencil2d_s(M, 1, 512, one) == one
+    on_node = scaling.stencil2d_s(M, 8, 512, one)
+    assert on_node == pytest.approx(one + M.exchange_s(4 * 512 * 8, 0), rel=0.5)
+    across = scaling.stencil2d_s(M, 64, 512, one)  # 8 x 8 ranks: a node is one row, its vertical peers are not
+    assert across > on_node and across == pytest.approx(one + M.exchange_s(2 * 512 * 8, 2 * 512 * 8))
+
+
+def test_mpdata_strong_scaling_meets_its_floor():
+    times = [scaling.mpdata_s(M, p, 6_553_600, 32, 22e-3, 8.4) for p in scaling.GPU_COUNTS]
+    assert times[0] == 22e-3 and all(a > b for a, b in itertools.pairwise(times))
+    assert times[-1] > scaling.MPDATA_KERNELS * scaling.KERNEL_FLOOR_S
+    assert 22e-3 / (8 * times[3]) > 0.9  # 8 GPUs on one node: the exchanges are small beside the kernels
+
+
+def test_spectral_prediction_adds_two_transpositions():
+    row = {"points": 1000, "batch": 10, "split_s": {"legendre": 2.0, "fft": 2.0, "transposition": 0.4}}
+    assert scaling.spectral_s(M, 1, row) == pytest.approx(4.4)
+    per_peer = 1000 * 10 * scaling.SPECTRAL_BYTES_PER_VALUE / 4
+    assert scaling.spectral_s(M, 2, row) == pytest.approx(2.0 + 0.1 + 2 * scaling.alltoall_s(M, 2, per_peer))
+
+
+def test_halo_grows_with_the_perimeter_of_a_part():
+    small, large = scaling.halo_coefficient("O48", 4), scaling.halo_coefficient("O48", 16)
+    assert 4 < small < 16 and abs(small - large) / small < 0.25
+
+
+def test_model_from_the_committed_results_matches_what_was_measured():
+    inputs = scaling.load_inputs(RESULTS)
+    assert 300 < inputs.machine.nvlink_GBps < 450 and 1e-6 < inputs.machine.nvlink_latency_s < 20e-6
+    predictions = scaling.predict(inputs, halo_per_sqrt=8.4)
+    # one GPU: the model gives back its inputs
+    for n, t in inputs.stencil_1gpu_s.items():
+        assert predictions["stencil2d"][f"n = {n}"][1] == t
+    for grid, (_, levels, t) in inputs.mpdata_1gpu_s.items():
+        assert predictions["mpdata"][f"{grid} x {levels}"][1] == t
+    (spectral,) = predictions["spectral"].values()
+    assert spectral[1] == pytest.approx(inputs.spectral_1gpu["time_per_step_s"], rel=0.05)
+    # two GPUs: every measured point has its prediction, within a factor of 1.5
+    rows = scaling.compare(inputs)
+    assert {r["dwarf"] for r in rows} == {"alltoall", "stencil2d"} and len(rows) >= 20
+    assert all(1 / 1.5 < r["ratio"] < 1.5 for r in rows), [(r["dwarf"], r["size"], r["ratio"]) for r in rows]
+    targets = dict(scaling.targets(predictions))
+    assert any("efficiency" in v for v in targets.values()) and any("x (target 3.6x" in v for v in targets.values())
+
+
+def test_command_prints_and_stores_the_model(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "scaling", "--out", str(tmp_path), "--network-gbps", "25"])
+    assert result.exit_code == 0, result.output
+    assert "predicted / measured" in result.output and "MPDATA O1280" in result.output
+    (path,) = tmp_path.glob("scaling-model-*.json")
+    payload = json.loads(path.read_text())
+    assert payload["config"]["machine_model"]["network_GBps"] == 25
+    assert {r["gpus"] for r in payload["results"]} == set(scaling.GPU_COUNTS)
+    assert all(math.isfinite(r["predicted_s"]) for r in payload["results"])
+    assert path.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_command_without_a_two_gpu_run_names_what_to_run(tmp_path):
+    for name in ("mpdata-gpu-1r-20261123T195023Z.json",):
+        shutil.copy(RESULTS / name, tmp_path / name)
+    result = CliRunner().invoke(app, ["bench", "scaling", "--results", str(tmp_path), "--out", str(tmp_path)])
+    text = re.sub(r"[│╭╮╰╯─\s]+", " ", result.output)  # the message as one line, out of its box
+    assert result.exit_code != 0 and "gridcomm bench alltoall --np 2" in text, text
