@@ -82,6 +82,14 @@ def test_model_from_the_committed_results_matches_what_was_measured():
     assert any("efficiency" in v for v in targets.values()) and any("x (target 3.6x" in v for v in targets.values())
 
 
+def test_measured_curves_join_the_runs_of_each_gpu_count():
+    curves = scaling.measured_curves(RESULTS)
+    graph = curves["stencil2d"]["n = 64, graph (ipc)"]
+    assert set(graph) >= {1, 2} and all(0 < t < 1e-3 for t in graph.values())
+    assert any(label.startswith("O1280, ") for label in curves["mpdata"])
+    assert all(set(c) == {2} for c in curves["alltoall"].values())  # the all-to-all was run on 2 GPUs only
+
+
 def test_command_prints_and_stores_the_model(tmp_path):
     result = CliRunner().invoke(app, ["bench", "scaling", "--out", str(tmp_path), "--network-gbps", "25"])
     assert result.exit_code == 0, result.output

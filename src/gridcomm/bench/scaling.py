@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -283,13 +284,73 @@ def targets(predictions: dict) -> list[list[str]]:
     return out
 
 
-def plot_scaling(predictions: dict, comparisons: list[dict[str, Any]], png: str | Path) -> Path:
-    """Predicted time per step against GPUs, one panel per dwarf, ideal strong scaling dashed (MPDATA and the
-    spectral transform), measured points as dots. Returns the PNG's path."""
+#: A result file of a whole benchmark run on the GPUs: benchmark, ranks, time stamp.
+RESULT_NAME = re.compile(r"(mpdata|spectral|stencil2d|alltoall)-gpu-(\d+)r-\d{8}T\d{6}Z")
+
+
+def measured_curves(folder: str | Path) -> dict[str, dict[str, dict[int, float]]]:
+    """Strong and weak scaling as measured: for every dwarf and transport (or mode), seconds per step against
+    GPUs, from the newest GPU result file per GPU count in ``folder`` (MPDATA O1280 and the spectral transform's
+    largest case: strong; stencil2d's graph and persistent modes at n = 64, 1024 and 8192: weak; the all-to-all at
+    its largest block)."""
+    folder = Path(folder)
+    newest: dict[tuple[str, int], dict] = {}
+    for path in sorted(folder.glob("*-gpu-*r-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1]):
+        named = RESULT_NAME.match(path.stem)  # runs of one variant (e.g. -ipc-) are left out
+        if named:
+            newest[(named[1], int(named[2]))] = json.loads(path.read_text())
+    curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
+    for (name, gpus), payload in sorted(newest.items()):
+        rows = payload["results"]
+        if name == "mpdata":
+            for r in rows:
+                if r["grid"] == "O1280" and r["transport"] != "host":
+                    curves["mpdata"].setdefault(f"O1280, {r['transport']}", {})[gpus] = r["time_per_step_s"]
+        elif name == "spectral":
+            r = max(rows, key=lambda r: (r["points"], r.get("batch", 0)))
+            curves["spectral"].setdefault(f"{r['grid']} batch {r.get('batch')}, {r['transport']}", {})[gpus] = r[
+                "time_per_step_s"
+            ]
+        elif name == "stencil2d":
+            for r in rows:
+                if r["n"] in (64, 1024, 8192) and r["mode"] in ("graph", "persistent"):
+                    label = f"n = {r['n']}, {r['mode']} ({r['transport']})"
+                    curves["stencil2d"].setdefault(label, {})[gpus] = r["time_per_step_s"]
+        else:
+            r = max(rows, key=lambda r: r["bytes_per_peer"])
+            for transport, timing in r["times"].items():
+                curves["alltoall"].setdefault(f"{bytes_text(r['bytes_per_peer'])}, {transport}", {})[gpus] = timing[
+                    "median_s"
+                ]
+    return curves
+
+
+def plot_scaling(
+    predictions: dict, comparisons: list[dict[str, Any]], png: str | Path, measured: dict | None = None
+) -> Path:
+    """Predicted time per step against GPUs (top row of panels: one per dwarf, ideal strong scaling dashed for
+    MPDATA and the spectral transform, the measured points compared as dots) and, below, every dwarf and
+    transport as measured at each GPU count with its ideal line (strong: the fewest GPUs' time shared out;
+    weak: flat). Returns the PNG's path."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 8))
-    axes = fig.subplots(2, 2).ravel()
+    fig = Figure(figsize=(18, 9))
+    grid = fig.subplots(2, 4)
+    axes = grid[0]
+    for ax, (dwarf, curves) in zip(grid[1], (measured or {}).items(), strict=False):
+        for k, (label, curve) in enumerate(curves.items()):
+            gpus = sorted(curve)
+            line = ax.loglog(gpus, [curve[p] * 1e6 for p in gpus], "o-", label=label, color=f"C{k % 10}")[0]
+            if len(gpus) > 1:
+                first = gpus[0]
+                ideal = [curve[first] * (1 if dwarf == "stencil2d" else first / p) for p in gpus]
+                ax.loglog(gpus, [t * 1e6 for t in ideal], ":", color=line.get_color(), alpha=0.6)
+        ax.set_title(f"{dwarf} as measured (ideal dotted)", fontsize=9)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("µs")
+        ax.grid(True, which="both", alpha=0.3)
+        if curves:
+            ax.legend(fontsize=5)
     titles = {"alltoall": "all-to-all (per exchange)", "stencil2d": "stencil2d, n x n per GPU (weak)",
               "mpdata": "MPDATA (strong)", "spectral": "spectral transform (strong)"}  # fmt: skip
     for ax, (dwarf, cases) in zip(axes, predictions.items(), strict=False):

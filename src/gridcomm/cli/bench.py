@@ -583,7 +583,7 @@ def bench_scaling(
     ]
     config = scaling.model_config(inputs, comparisons, halo)
     path = write_results(out, "scaling-model", machine_info(1, gpus_used=0), config, rows)
-    png = scaling.plot_scaling(predictions, comparisons, path.with_suffix(".png"))
+    png = scaling.plot_scaling(predictions, comparisons, path.with_suffix(".png"), scaling.measured_curves(results))
     console.print(f"results: {path}\nplot:    {png}")
 
 
