@@ -125,6 +125,13 @@ def test_suites_fit_their_machine_class_and_budget():
     assert ",mpi" not in plain and "{mpi}" not in plain
     assert "ipc,nccl,staged,mpi,host" in aware and "staged,nccl,ipc,mpi" in aware
 
+    # The persistent stencil kernel in the quick suite only where NVSHMEM is usable.
+    def stencil_modes(nvshmem: bool) -> str:
+        (stencil,) = [i.args for i in suite.select(suite.ONE_GPU, True, 1, False, nvshmem) if i.key == "stencil2d"]
+        return stencil[stencil.index("--modes") + 1]
+
+    assert stencil_modes(False) == "traditional,graph" and stencil_modes(True) == "traditional,graph,persistent"
+
 
 @pytest.mark.parametrize("machine", [suite.CPU, suite.ONE_GPU, suite.GPUS])
 @pytest.mark.parametrize("quick", [True, False])

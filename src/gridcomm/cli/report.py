@@ -59,6 +59,7 @@ def _default_out() -> Path:
 
 
 def _run_report(quick: bool, nprocs: int | None, gpu: bool | None, out: Path | None) -> None:
+    from .. import shmem
     from ..report import suite
     from ..report.folder import RAW
     from ..report.probe import Facts, cuda_aware_mpi, gpus_found
@@ -81,7 +82,7 @@ def _run_report(quick: bool, nprocs: int | None, gpu: bool | None, out: Path | N
         )
     facts = Facts(found, cuda_aware_mpi() if gpu else False)
     machine = suite.machine_class(gpu, nprocs)
-    invocations = suite.select(machine, quick, nprocs, facts.cuda_aware_mpi)
+    invocations = suite.select(machine, quick, nprocs, facts.cuda_aware_mpi, shmem.unavailable_reason() is None)
     folder = out or _default_out()
     if (folder / RAW).is_dir() and any((folder / RAW).iterdir()):
         raise typer.BadParameter(f"{folder} already holds a report's results: give a new folder", param_hint="--out")
