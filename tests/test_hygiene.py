@@ -38,15 +38,16 @@ def test_a_closed_exchanger_or_transposer_holds_no_buffers(mpi_checks):
     mpi_checks("checks_hygiene", 2, timeout=60, checks=(HELD_AFTER_CLOSE,))
 
 
-# 2 ranks, one per GPU; where only one GPU is lent they share it, over staged and ipc (NCCL refuses two ranks
-# on one device).
-ON_GPUS = ON_GPU if gpu_count() >= 2 else {**ON_GPU, "GRIDCOMM_CHECK_TRANSPORTS": "staged,ipc,auto"}
+# 2 ranks, one per GPU; where only one GPU is lent they share it, over staged, ipc and (where installed) nvshmem
+# (NCCL refuses two ranks on one device).
+ON_GPUS = ON_GPU if gpu_count() >= 2 else {**ON_GPU, "GRIDCOMM_CHECK_TRANSPORTS": "staged,ipc,auto,nvshmem"}
 
 
 @pytest.mark.gpu
 @needs_gpus(1)
 def test_gpu_exchangers_leak_no_device_memory_mappings_streams_or_events(mpi_checks):
-    """The same on 2 ranks over the GPU transports (staged, nccl, ipc, auto; mpi where MPI is CUDA-aware)."""
+    """The same on 2 ranks over the GPU transports (staged, nccl, ipc, auto; mpi where MPI is CUDA-aware; nvshmem
+    where gridcomm[nvshmem] is installed, its symmetric allocations counted too)."""
     mpi_checks("checks_hygiene", 2, timeout=500, checks=LEAK_CHECKS, env=ON_GPUS)
 
 

@@ -95,6 +95,7 @@ def require() -> None:
 # -- the runtime -----------------------------------------------------------------------------------------------
 
 _STATE: dict[str, Any] = {}  # "size": PEs of the job, once initialised; "modules": loaded modules by key
+_LIVE: dict[int, int] = {}  # symmetric allocations not yet freed: address -> bytes
 
 
 def initialise(comm: Communicator) -> None:
@@ -161,6 +162,7 @@ def symmetric_array(nbytes: int, comm: Communicator) -> Any:
             f"nvshmem_malloc of {nbytes} bytes failed: the symmetric heap is full (raise NVSHMEM_SYMMETRIC_SIZE, "
             "in bytes, before the first use)"
         )
+    _LIVE[address] = nbytes
     memory = cupy.cuda.UnownedMemory(address, nbytes, owner=None)
     array = cupy.ndarray((nbytes,), dtype=np.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
     array.fill(0)
@@ -174,7 +176,13 @@ def free_symmetric(array: Any) -> None:
     from nvshmem import bindings
 
     if "size" in _STATE:
+        _LIVE.pop(int(array.data.ptr), None)
         bindings.free(int(array.data.ptr))
+
+
+def live_allocations() -> tuple[int, int]:
+    """(symmetric allocations of this process not yet freed, their bytes): what a leak check counts."""
+    return len(_LIVE), sum(_LIVE.values())
 
 
 # -- device code -----------------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ TOLERANCES: dict[str, int] = {
     "GPU pool in use [KiB]": 0,
     "GPU memory in use [MiB]": 4,
     "CUDA IPC mappings": 0,
+    "NVSHMEM symmetric allocations": 0,
     "CUDA streams": 0,
     "CUDA events": 0,
 }
@@ -301,11 +302,12 @@ def release_device_memory() -> None:
 def device_usage(cuda_objects: CudaObjectCount) -> dict[str, int]:
     """GPU measures of this rank (empty off the GPU): pool and device memory (call release_device_memory on
     every rank first: device memory is counted for the whole GPU, which ranks may share), IPC mappings open
-    (gridcomm.transports.ipc), live streams and events."""
+    (gridcomm.transports.ipc), NVSHMEM symmetric allocations not freed (gridcomm.shmem), live streams and events."""
     if not ON_GPU:
         return {}
     import cupy
 
+    from gridcomm import shmem
     from gridcomm.transports import ipc
 
     pool = cupy.get_default_memory_pool()
@@ -314,6 +316,7 @@ def device_usage(cuda_objects: CudaObjectCount) -> dict[str, int]:
     mappings = getattr(getattr(ipc, "_MAPPINGS", None), "_open", None)  # private: counted only while it exists
     if mappings is not None:
         found["CUDA IPC mappings"] = len(mappings)
+    found["NVSHMEM symmetric allocations"] = shmem.live_allocations()[0]
     found.update({f"CUDA {name.lower()}s": n for name, n in cuda_objects.live.items()})
     return found
 
