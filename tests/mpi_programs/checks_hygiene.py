@@ -653,8 +653,11 @@ def check_other_resource_holders_are_context_managers(comm):
         name, make = holders[i % len(holders)]
         tally.problems += holder_problems(name, *make(shared), tally.alive)
 
-    # Three rounds before measuring: on the GPU a holder's first uses load kernels and library state lazily (on
-    # one H200, device memory stayed flat from the 10th to the 40th of each, after a one-time step of ~14 MiB).
-    warm_up = 3 * len(holders)
+    # As many rounds before measuring as measured: on the GPU a holder's first uses load kernels and library state
+    # lazily (on one H200, device memory stayed flat from the 10th to the 40th of each, after a one-time step of
+    # ~14 MiB), and after other checks device memory took a one-time step of 8 MiB within the first 20 rounds
+    # (four 2 MiB pages, whatever ran before and whatever the cycle count; the check run alone did not).
+    # A leak grows with every round, so it still shows in the measured ones.
+    warm_up = max(3, SMALL_CYCLES) * len(holders)
     measure(comm, f"{SMALL_CYCLES} of each of {', '.join(HOLDERS)}", step, warm_up, SMALL_CYCLES * len(holders))
     shared.close()
