@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,22 @@ def test_kernel_sources_ship_beside_the_modules():
     assert (package / "packing" / "kernels" / "nvshmem.cu").exists()
     assert (package / "apps" / "stencil2d" / "jacobi2d_nvshmem.cu").exists()
     assert (package / "packing" / "kernels" / "gpu_waits.cuh").exists()
+
+
+def test_ranks_agree_before_starting_nvshmem(monkeypatch, comm):
+    """A rank that cannot start NVSHMEM makes every rank raise, instead of leaving them in its collective start."""
+    monkeypatch.setattr(shmem, "unavailable_reason", lambda: "no GPU")
+    with pytest.raises(TransportError, match=r"NVSHMEM is not usable: rank 0: no GPU"):
+        shmem.initialise(comm)
+
+
+def test_a_full_symmetric_heap_is_a_device_error_on_every_rank(monkeypatch, comm):
+    """nvshmem_malloc returning NULL (on any rank) raises DeviceError naming the ranks and what to raise."""
+    freed = []
+    fake = types.SimpleNamespace(malloc=lambda nbytes: 0, free=freed.append)
+    monkeypatch.setitem(sys.modules, "nvshmem", types.SimpleNamespace(bindings=fake))
+    monkeypatch.setitem(sys.modules, "nvshmem.bindings", fake)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace())
+    with pytest.raises(DeviceError, match=r"failed on rank\(s\) \[0\].*NVSHMEM_SYMMETRIC_SIZE"):
+        shmem.symmetric_array(1 << 20, comm)
+    assert freed == [] and shmem.live_allocations() == (0, 0)

@@ -105,7 +105,10 @@ def initialise(comm: Communicator) -> None:
     some of the job's processes cannot use it: TransportError (every rank raises together)."""
     from mpi4py import MPI
 
-    require()
+    # Agree first: a rank that cannot start NVSHMEM must not leave the others waiting in its collective start.
+    problems = [f"rank {r}: {p}" for r, p in enumerate(comm.mpi.allgather(unavailable_reason())) if p]
+    if problems:
+        raise TransportError(f"NVSHMEM is not usable: {problems[0]}")
     world = MPI.COMM_WORLD.Get_size()
     if comm.size != world:
         raise TransportError(
@@ -157,10 +160,13 @@ def symmetric_array(nbytes: int, comm: Communicator) -> Any:
         raise TransportError(f"symmetric allocations must be the same size on every rank; asked for {sizes}")
     nbytes = max(int(nbytes), 16)
     address = int(bindings.malloc(nbytes))
-    if address == 0:
+    failed = [r for r, a in enumerate(comm.mpi.allgather(address)) if a == 0]
+    if failed:  # every rank raises together, and gives back what it got
+        if address:
+            bindings.free(address)
         raise DeviceError(
-            f"nvshmem_malloc of {nbytes} bytes failed: the symmetric heap is full (raise NVSHMEM_SYMMETRIC_SIZE, "
-            "in bytes, before the first use)"
+            f"nvshmem_malloc of {nbytes} bytes failed on rank(s) {failed}: the symmetric heap is full (raise "
+            "NVSHMEM_SYMMETRIC_SIZE, in bytes, before the first use)"
         )
     _LIVE[address] = nbytes
     memory = cupy.cuda.UnownedMemory(address, nbytes, owner=None)
@@ -189,6 +195,7 @@ def live_allocations() -> tuple[int, int]:
 
 
 def _tool_version(tool: str) -> str:
+    """The end of ``tool --version`` (part of a cached cubin's key)."""
     return subprocess.run([tool, "--version"], capture_output=True, text=True, check=False).stdout.strip()[-80:]
 
 
