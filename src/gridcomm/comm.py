@@ -51,6 +51,18 @@ def gather_or_raise(mpi_comm: Any, local: Any, error: Exception | None, noun: st
     return [rows for rows, _ in everyone]
 
 
+def raise_if_any(
+    mpi_comm: Any, problem: str | None, error: type[Exception] = GridcommError, before: Any = None
+) -> None:
+    """Collective: if any rank has a problem (a message; None if none), every rank raises ``error`` with the
+    first rank's message (``before()`` runs first, to undo what was set up), so that none is left waiting."""
+    problems = [p for p in mpi_comm.allgather(problem) if p]
+    if problems:
+        if before is not None:
+            before()
+        raise error(problems[0])
+
+
 ON_TIMEOUT = ("abort", "raise")
 
 

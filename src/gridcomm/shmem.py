@@ -22,13 +22,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .comm import Communicator
+from .comm import Communicator, raise_if_any
 from .errors import DeviceError, TransportError
 from .gpu import gpu_count
 
@@ -106,9 +105,8 @@ def initialise(comm: Communicator) -> None:
     from mpi4py import MPI
 
     # Agree first: a rank that cannot start NVSHMEM must not leave the others waiting in its collective start.
-    problems = [f"rank {r}: {p}" for r, p in enumerate(comm.mpi.allgather(unavailable_reason())) if p]
-    if problems:
-        raise TransportError(f"NVSHMEM is not usable: {problems[0]}")
+    reason = unavailable_reason()
+    raise_if_any(comm.mpi, reason and f"NVSHMEM is not usable: rank {comm.rank}: {reason}", TransportError)
     world = MPI.COMM_WORLD.Get_size()
     if comm.size != world:
         raise TransportError(
@@ -239,11 +237,6 @@ def build_cubin(source: Path, arch: str, options: tuple[str, ...] = ()) -> Path:
     return target
 
 
-def kernels_folder(package: str) -> Path:
-    """The folder of a package's CUDA sources (package data)."""
-    return Path(str(resources.files(package)))
-
-
 def load_module(source: Path, comm: Communicator, options: tuple[str, ...] = ()) -> Any:
     """Collective: the CuPy module of ``source`` (built once per node by local rank 0, cached), with its NVSHMEM
     device state initialised; loaded once per process and GPU."""
@@ -261,9 +254,7 @@ def load_module(source: Path, comm: Communicator, options: tuple[str, ...] = ())
                 path = build_cubin(source, arch, options)
         except DeviceError as error:
             problem = str(error)
-        problems = [p for p in comm.mpi.allgather(problem) if p]
-        if problems:
-            raise DeviceError(problems[0])
+        raise_if_any(comm.mpi, problem, DeviceError)
         path = path or build_cubin(source, arch, options)  # the others find it cached
         module = cupy.cuda.function.Module()
         module.load(path.read_bytes())

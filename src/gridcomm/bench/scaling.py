@@ -61,10 +61,25 @@ class Machine:
 # -- the measured inputs ---------------------------------------------------------------------------------------
 
 
-def _newest(folder: Path, pattern: str, accept: Any = lambda payload: True) -> tuple[str, dict] | None:
-    """The newest result file matching ``pattern`` whose content ``accept`` takes (names end in a UTC time stamp,
-    after a variant name in some: order by the stamp alone)."""
-    for path in sorted(folder.glob(pattern), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True):
+#: A result file of a whole benchmark run on the GPUs: benchmark, ranks, time stamp.
+RESULT_NAME = re.compile(r"(mpdata|spectral|stencil2d|alltoall)-gpu-(\d+)r-\d{8}T\d{6}Z")
+
+
+def _runs(folder: Path) -> dict[tuple[str, int], list[Path]]:
+    """The result files of whole runs in ``folder`` by (benchmark, ranks), newest first (by their time stamp);
+    files of one variant (e.g. stencil2d-gpu-2r-ipc-...) are left out."""
+    runs: dict[tuple[str, int], list[Path]] = {}
+    for path in sorted(folder.glob("*-gpu-*r-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True):
+        if named := RESULT_NAME.fullmatch(path.stem):
+            runs.setdefault((named[1], int(named[2])), []).append(path)
+    return runs
+
+
+def _newest(
+    runs: dict[tuple[str, int], list[Path]], name: str, ranks: int, accept: Any = lambda payload: True
+) -> tuple[str, dict] | None:
+    """(name, content) of the newest run of benchmark ``name`` on ``ranks`` ranks whose content ``accept`` takes."""
+    for path in runs.get((name, ranks), []):
         payload = json.loads(path.read_text())
         if accept(payload):
             return path.stem, payload
@@ -86,13 +101,13 @@ class Inputs:
 def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: float) -> Inputs:
     """The model's inputs from the newest fitting result files in ``folder``; ``stated`` overrides the network
     (network_GBps, network_latency_s, gpus_per_node). ValueError naming the missing benchmark."""
-    folder = Path(folder)
+    runs = _runs(Path(folder))
     sources: dict[str, str] = {}
+    links = _newest(runs, "alltoall", 2)
     if machine is None:
-        found = _newest(folder, "alltoall-gpu-2r-*.json")
-        if found is None:
+        if links is None:
             raise ValueError(f"no alltoall-gpu-2r-*.json in {folder}: run gridcomm bench alltoall --np 2 on 2 GPUs")
-        sources["links"], payload = found
+        sources["links"], payload = links
         rows = sorted(payload["results"], key=lambda r: r["bytes_per_peer"])
         largest = rows[-1]
         ceiling = largest["times"].get("peer copy kernel") or largest["times"]["peer copy"]
@@ -102,25 +117,25 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
             **stated,
         )
     measured: list[dict[str, Any]] = []
-    if found := _newest(folder, "alltoall-gpu-2r-*.json"):
-        for r in found[1]["results"]:
+    if links is not None:
+        for r in links[1]["results"]:
             measured.append(_point("alltoall", r["bytes_per_peer"], 2, r["times"]["ipc graph"]))
     stencil: dict[int, float] = {}
-    if found := _newest(folder, "stencil2d-gpu-1r-*.json", lambda p: any(r["mode"] == "graph" for r in p["results"])):
+    if found := _newest(runs, "stencil2d", 1, lambda p: any(r["mode"] == "graph" for r in p["results"])):
         sources["stencil2d"] = found[0]
         stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if r["mode"] == "graph"}
-    if found := _newest(folder, "stencil2d-gpu-2r-*.json", lambda p: any(r["mode"] == "graph" for r in p["results"])):
+    if found := _newest(runs, "stencil2d", 2, lambda p: any(r["mode"] == "graph" for r in p["results"])):
         for r in found[1]["results"]:
             if r["mode"] == "graph":
                 measured.append(_point("stencil2d", r["n"], 2, r["time_per_step_s"]))
     mpdata: dict[str, tuple[int, int, float]] = {}
-    if found := _newest(folder, "mpdata-gpu-1r-*.json"):
+    if found := _newest(runs, "mpdata", 1):
         sources["mpdata"] = found[0]
         for r in found[1]["results"]:
             if r["transport"] == "none":
                 mpdata[r["grid"]] = (r["nodes"], r["levels"], r["time_per_step_s"])
     spectral = None
-    if found := _newest(folder, "spectral-gpu-1r-*.json", lambda p: p["results"][0].get("steps", 0) >= 20
+    if found := _newest(runs, "spectral", 1, lambda p: p["results"][0].get("steps", 0) >= 20
                         and p["results"][0].get("levels") == 137):  # fmt: skip
         sources["spectral"] = found[0]
         spectral = found[1]["results"][0]
@@ -284,21 +299,12 @@ def targets(predictions: dict) -> list[list[str]]:
     return out
 
 
-#: A result file of a whole benchmark run on the GPUs: benchmark, ranks, time stamp.
-RESULT_NAME = re.compile(r"(mpdata|spectral|stencil2d|alltoall)-gpu-(\d+)r-\d{8}T\d{6}Z")
-
-
 def measured_curves(folder: str | Path) -> dict[str, dict[str, dict[int, float]]]:
     """Strong and weak scaling as measured: for every dwarf and transport (or mode), seconds per step against
     GPUs, from the newest GPU result file per GPU count in ``folder`` (MPDATA O1280 and the spectral transform's
     largest case: strong; stencil2d's graph and persistent modes at n = 64, 1024 and 8192: weak; the all-to-all at
     its largest block)."""
-    folder = Path(folder)
-    newest: dict[tuple[str, int], dict] = {}
-    for path in sorted(folder.glob("*-gpu-*r-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1]):
-        named = RESULT_NAME.match(path.stem)  # runs of one variant (e.g. -ipc-) are left out
-        if named:
-            newest[(named[1], int(named[2]))] = json.loads(path.read_text())
+    newest = {key: json.loads(paths[0].read_text()) for key, paths in _runs(Path(folder)).items()}
     curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
     for (name, gpus), payload in sorted(newest.items()):
         rows = payload["results"]

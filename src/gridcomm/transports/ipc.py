@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..comm import Communicator
+from ..comm import Communicator, raise_if_any
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
 from ..packing.cuda import (
@@ -176,7 +176,7 @@ class _IpcChannel(GpuWaitChannel):
             exported = (_export(self._flags.data.ptr), [_export(d.data.ptr) if d.size else None for d in destinations])
         except TransportError as error:
             problem = str(error)
-        _raise_if_any(comm, problem)
+        raise_if_any(comm.mpi, problem, TransportError)
         everyone = comm.mpi.allgather(exported)
         wanted = {m.peer: [(s.field, s.selection) for s in m.segments] for m in layout.recvs}
         shapes = [tuple(d.shape) for d in destinations]
@@ -199,7 +199,7 @@ class _IpcChannel(GpuWaitChannel):
             problem = None
         except ValueError as error:
             problem = f"rank {comm.rank}: {error}"
-        _raise_if_any(comm, problem, self._unmap)
+        raise_if_any(comm.mpi, problem, TransportError, self._unmap)
         self._peer_flags = cupy.asarray(flag_addresses)
         self._destination_ranks = cupy.asarray(np.array(self._destinations or [0], dtype=np.int32))
         self._source_ranks = cupy.asarray(np.array(self._sources or [0], dtype=np.int32))
@@ -237,16 +237,6 @@ class _IpcChannel(GpuWaitChannel):
         cupy.cuda.Device().synchronize()
         self._comm.mpi.Barrier()  # no peer writes into our memory any more
         self._unmap()
-
-
-def _raise_if_any(comm: Communicator, problem: str | None, before: Any = None) -> None:
-    """Collective: TransportError on every rank with the first rank's problem, if any rank has one
-    (``before()`` runs first, to undo what was set up)."""
-    problems = [p for p in comm.mpi.allgather(problem) if p]
-    if problems:
-        if before is not None:
-            before()
-        raise TransportError(problems[0])
 
 
 class _KernelChannel(_IpcChannel):
@@ -296,7 +286,7 @@ class _CopyEngineChannel(_IpcChannel):
         problem = None
         if (rows[:, [SRC_INDEX, DST_INDEX]] != 0).any():
             problem = "ipc with method='copy-engine' moves boxes only (row lists need method='kernel')"
-        _raise_if_any(comm, problem, self._unmap)
+        raise_if_any(comm.mpi, problem, TransportError, self._unmap)
         ordered = sorted(range(len(self._destinations)), key=lambda k: (self._destinations[k] - comm.rank) % comm.size)
         self._abandoned = cupy.zeros(max(len(ordered), 1), dtype=np.uint32)
         self._lanes = [

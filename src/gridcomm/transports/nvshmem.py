@@ -9,16 +9,18 @@ puts are NVLink stores; across nodes NVSHMEM's network transports carry them. Ne
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import shmem
-from ..comm import Communicator
+from ..comm import Communicator, raise_if_any
 from ..errors import TransportError
 from .base import Channel, PackerKind, Transport
 from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
+SOURCE = Path(__file__).parents[1] / "packing" / "kernels" / "nvshmem.cu"
 SEND_OFFSET, RECV_OFFSET, NBYTES, PE, RANK, ROW = range(6)  # as in kernels/nvshmem.cu
 THREADS = 512
 
@@ -80,10 +82,7 @@ class _NvshmemChannel(GpuWaitChannel):
                 problem = f"rank {comm.rank} sends {m.nbytes} bytes to rank {m.peer}, which expects {there}"
                 break
             rows.append([m.offset, there[0], m.nbytes, pes[m.peer], m.peer])
-        problems = [p for p in comm.mpi.allgather(problem) if p]
-        if problems:
-            self._free()
-            raise TransportError(problems[0])
+        raise_if_any(comm.mpi, problem, TransportError, self._free)
         self._ndest = len(rows)
         self._table = cupy.asarray(np.array(rows or [[0] * ROW], dtype=np.int64))
         sources = [m.peer for m in layout.recvs]
@@ -94,9 +93,7 @@ class _NvshmemChannel(GpuWaitChannel):
         self._finished = cupy.zeros(1, dtype=np.uint32)
         self._waits = GpuWaitReport(comm.rank, "nvshmem")
         self._send = packer.send_buffer
-        self._kernel = shmem.load_module(
-            shmem.kernels_folder("gridcomm.packing") / "kernels" / "nvshmem.cu", comm
-        ).get_function("gridcomm_nvshmem_exchange")
+        self._kernel = shmem.load_module(SOURCE, comm).get_function("gridcomm_nvshmem_exchange")
         cupy.cuda.Device().synchronize()
         comm.mpi.Barrier()
 
