@@ -1,21 +1,27 @@
-"""Choose how many buckets the spectral transform's Legendre half cuts its wavenumbers into on this GPU: both
-Legendre halves (inverse and direct) of O640 for each bucket limit and batch, timed with CUDA events on one
-GPU (eager: CuPy refuses cuBLAS inside a graph capture), beside the FP64 matrix-product rate of the same run.
+"""Choose how the spectral transform's Legendre half cuts its wavenumbers on this GPU: both Legendre halves
+(inverse and direct) of O640 for each bucket limit (padding) and product size per call (chunks), at each batch,
+timed with CUDA events on one GPU (eager: CuPy refuses cuBLAS inside a graph capture), beside the FP64
+matrix-product rate of the same run; and, per case, the products alone (the moves around them skipped), which
+says how much of the phase the moves cost.
 
-    python3 benchmarks/tune_buckets.py --out DIR [--grid O640] [--batches 31,412] [--buckets 2,4,8,16]
+    python3 benchmarks/tune_buckets.py --out DIR [--grid O640] [--batches 31,412] [--buckets 4,16,64]
+                                       [--product-mib 16,64,256,4096]
 
-Writes DIR/tune-buckets-gpu-1r-<time>.json and prints one line per case. MAX_BUCKETS_GPU in
-apps/spectral/transform.py comes from this run.
+Writes DIR/tune-buckets-gpu-1r-<time>.json and prints one line per case. MAX_BUCKETS_GPU and GPU_PRODUCT_BYTES in
+apps/spectral/transform.py come from this run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from gridcomm.apps.spectral import operands
 from gridcomm.apps.spectral import transform as spectral
 from gridcomm.apps.spectral.dwarf import random_coefficients
 from gridcomm.bench.machine import machine_info
@@ -24,13 +30,44 @@ from gridcomm.bench.spectral import legendre_flops, matmul_gflops
 from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
 
+MOVES = ("gather", "scatter", "unfold", "fold")
+
+
+@contextlib.contextmanager
+def products_only() -> Iterator[None]:
+    """The transform's moves replaced by nothing while inside (its results are then meaningless)."""
+    kept = {name: getattr(operands, name) for name in MOVES}
+    for name in MOVES:
+        setattr(operands, name, lambda *args: None)
+    try:
+        yield
+    finally:
+        for name, move in kept.items():
+            setattr(operands, name, move)
+
+
+def seconds_per_round_trip(transform: spectral.SpectralTransform, a: object, cupy: object) -> float:
+    """Median of 5 timed Legendre round trips (inverse then direct) after one untimed."""
+    fourier = transform.legendre_inverse(a)
+    transform.legendre_direct(fourier)
+    times = []
+    for _ in range(5):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        transform.legendre_direct(transform.legendre_inverse(a, out=fourier))
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(times))
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--grid", default="O640")
     parser.add_argument("--batches", default="31,412")
-    parser.add_argument("--buckets", default="2,4,8,16")
+    parser.add_argument("--buckets", default="4,16,64")
+    parser.add_argument("--product-mib", default="16,64,256,4096")
     args = parser.parse_args()
     import cupy
 
@@ -38,31 +75,34 @@ def main() -> int:
     grid = OctahedralGrid(args.grid)
     t = grid.N - 1
     rows = []
-    for batch in (int(b) for b in args.batches.split(",")):
-        ceiling = matmul_gflops(comm, grid, t, batch, xp=cupy, stack=2 * ((t + 1) // 4))
-        a = cupy.asarray(random_coefficients(t, np.arange(t + 1), batch))
-        for buckets in (int(b) for b in args.buckets.split(",")):
-            spectral.MAX_BUCKETS_GPU = buckets
-            transform = spectral.SpectralTransform(grid, xp=cupy)
-            fourier = transform.legendre_inverse(a)
-            transform.legendre_direct(fourier)
-            times = []
-            for _ in range(5):
-                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record()
-                transform.legendre_direct(transform.legendre_inverse(a, out=fourier))
-                stop.record()
-                stop.synchronize()
-                times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-            seconds = float(np.median(times))
-            rate = legendre_flops(grid, t, batch) / seconds / 1e9
-            row = {"batch": batch, "buckets": buckets, "seconds": seconds, "GFLOPs": rate, "matmul_GFLOPs": ceiling}
-            rows.append(row)
-            print(f"{grid.name} batch {batch:4d} buckets {buckets:3d}: {seconds * 1e3:8.2f} ms  "
-                  f"{rate:8.0f} GFLOP/s ({100 * rate / ceiling:4.1f} % of {ceiling:.0f})", flush=True)  # fmt: skip
-            del transform, fourier
+    batches = [int(b) for b in args.batches.split(",")]
+    ceilings = {
+        b: matmul_gflops(comm, grid, t, b, xp=cupy, stack=2 * ((t + 1) // spectral.MAX_BUCKETS_GPU)) for b in batches
+    }
+    for buckets in (int(b) for b in args.buckets.split(",")):
+        spectral.MAX_BUCKETS_GPU = buckets
+        transform = spectral.SpectralTransform(grid, xp=cupy)
+        for batch in batches:
+            a = cupy.asarray(random_coefficients(t, np.arange(t + 1), batch))
+            for mib in (int(m) for m in args.product_mib.split(",")):
+                spectral.GPU_PRODUCT_BYTES = mib * 2**20
+                seconds = seconds_per_round_trip(transform, a, cupy)
+                with products_only():
+                    products = seconds_per_round_trip(transform, a, cupy)
+                rate, ceiling = legendre_flops(grid, t, batch) / seconds / 1e9, ceilings[batch]
+                row = {
+                    "batch": batch, "buckets": buckets, "product_MiB": mib, "seconds": seconds,
+                    "products_only_s": products, "GFLOPs": rate, "matmul_GFLOPs": ceiling,
+                }  # fmt: skip
+                rows.append(row)
+                print(f"{grid.name} batch {batch:4d} buckets {buckets:3d} product {mib:5d} MiB: {seconds * 1e3:8.2f} ms"
+                      f" (products alone {products * 1e3:7.2f} ms)  {rate:8.0f} GFLOP/s "
+                      f"({100 * rate / ceiling:4.1f} % of {ceiling:.0f})", flush=True)  # fmt: skip
+            del a
+            transform._scratch_arrays.clear()
             cupy.get_default_memory_pool().free_all_blocks()
-    config = {"grid": args.grid, "batches": args.batches, "buckets": args.buckets}
+        del transform
+    config = {"grid": args.grid, "batches": args.batches, "buckets": args.buckets, "product_mib": args.product_mib}
     print(f"wrote {write_results(args.out, 'tune-buckets', machine_info(1, gpus_used=1), config, rows)}")
     return 0
 

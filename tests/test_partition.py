@@ -174,17 +174,23 @@ def test_local_mesh(layers):
     seen_owned = []
     for part in range(3):
         local = LocalMesh.build(mesh, owner, part, layers)
-        owned = np.flatnonzero(owner == part)
+        owned = mesh.grid.patch_order(np.flatnonzero(owner == part))
         halo = halo_ids(mesh, owner, part, layers)
         assert local.global_ids.tolist() == owned.tolist() + halo.tolist()
         assert local.n_owned == len(owned) and local.n_halo == len(halo)
         seen_owned.append(local.owned_ids)
-        # Update set: owned nodes, then halo layers below `layers`; edges: all that touch it, ascending.
+        # Update set: owned nodes, then halo layers below `layers`; edges: all that touch it, those between two
+        # owned nodes first, each group by its ends' local positions.
         update_global = local.global_ids[local.update_nodes]
         expected_update = owned if layers == 1 else np.concatenate([owned, halo_layers(mesh, owner, part, 1)[0]])
         assert update_global.tolist() == expected_update.tolist()
         touching = np.isin(mesh.edges, update_global).any(axis=1)
-        assert local.edge_ids.tolist() == np.flatnonzero(touching).tolist()
+        assert sorted(local.edge_ids.tolist()) == np.flatnonzero(touching).tolist()
+        between_owned = (local.edge_nodes < local.n_owned).all(axis=1)
+        assert not np.any(np.diff(between_owned.astype(int)) > 0), "an edge between owned nodes after another"
+        for group in (between_owned, ~between_owned):
+            key = local.edge_nodes[group].min(axis=1) * local.n_local + local.edge_nodes[group].max(axis=1)
+            assert (np.diff(key) > 0).all()
         assert (local.global_ids[local.edge_nodes] == mesh.edges[local.edge_ids]).all()
         assert (local.normals == mesh.normals[local.edge_ids]).all()
         assert (local.dual_volumes == mesh.dual_volumes[local.global_ids]).all()

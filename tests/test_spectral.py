@@ -290,14 +290,19 @@ def test_whole_transforms_equal_the_reference_halves():
 
 def test_buckets_are_few_and_waste_little():
     """At most MAX_BUCKETS batched products, each padding its wavenumbers to its longest, which on 0..T and on
-    a rank's pairs (m, T - m) costs less than 2 / MAX_BUCKETS more work."""
+    a rank's pairs (m, T - m) costs less than 2 / MAX_BUCKETS more work; together they hold every wavenumber
+    once, their coefficients where the caller's arrays have them."""
     for n, ms in ((96, None), (96, wavenumber_sets(95, 4)[1]), (160, wavenumber_sets(159, 8)[3])):
         transform = SpectralTransform(n, wavenumbers=ms)
         buckets = transform._buckets
         assert 1 <= len(buckets) <= MAX_BUCKETS
-        covered = np.concatenate([np.arange(b.start, b.stop) for b in buckets])
-        assert np.array_equal(covered, np.arange(len(transform.wavenumbers)))
-        padded = sum(b.coefficients.size for b in buckets)
+        positions = np.concatenate([b.positions for b in buckets])
+        assert np.array_equal(np.sort(positions), np.arange(len(transform.wavenumbers)))
+        offsets = np.concatenate([b.offsets for b in buckets])
+        lengths = transform.truncation - transform.wavenumbers + 1
+        assert np.array_equal(offsets, np.concatenate([[0], np.cumsum(lengths)])[positions])
+        assert all(np.all(np.diff(b.lengths) <= 0) and np.array_equal(b.lengths, lengths[b.positions]) for b in buckets)
+        padded = sum(b.count * 2 * b.depth for b in buckets)
         assert transform.ncoef <= padded < (1 + 2 / MAX_BUCKETS) * transform.ncoef + len(transform.wavenumbers)
 
 

@@ -111,7 +111,8 @@ def test_tables_and_index_arrays_live_on_the_gpu(cupy):
     it holds one cuFFT plan per row length and direction (rows of one length share it)."""
     device = SpectralTransform(48, xp=cupy)
     for bucket in device._buckets:
-        assert all(isinstance(x, cupy.ndarray) for x in (bucket.coefficients, bucket.tables, bucket.weighted))
+        arrays = (bucket.offsets, bucket.lengths, bucket.positions, bucket.tables, bucket.weighted)
+        assert all(isinstance(x, cupy.ndarray) for x in arrays)
     for plan in device._fourier_plans.values():
         arrays = (plan.first, plan.codes, plan.picks, plan.factors)
         assert all(isinstance(x, cupy.ndarray) for x in arrays)

@@ -38,12 +38,12 @@ def matmul_gflops(
     comm: Communicator, grid: OctahedralGrid, truncation: int, batch: int, xp: Any = np, stack: int = 1
 ) -> float:
     """FP64 matrix-product rate of this rank [GFLOP/s] on the shape of the largest Legendre product (m = 0, one
-    parity): ``stack`` products (2 batch x T/2) by (T/2 x N) in one batched call, as the transform's buckets
+    parity): ``stack`` products (N x T/2) by (T/2 x 2 batch) in one batched call, as the transform's buckets
     run them; the slowest rank's rate, the device synchronised before the clock is read."""
     k = max(1, (truncation + 1) // 2)
-    a = xp.ones((stack, 2 * batch, k))
-    b = xp.ones((stack, k, grid.N))
-    flops = 2.0 * stack * a.shape[1] * k * grid.N
+    a = xp.ones((stack, grid.N, k))
+    b = xp.ones((stack, k, 2 * batch))
+    flops = 2.0 * stack * grid.N * k * 2 * batch
     finish = None if xp is np else xp.cuda.get_current_stream().synchronize
     timing = time_collective(comm.mpi, lambda: xp.matmul(a, b), samples=5, min_sample_s=0.05, finish=finish)
     return flops / timing.minimum / 1e9
@@ -74,7 +74,8 @@ def benchmark_spectral(
     xp = np
     if gpu:
         import cupy as xp
-    # The largest bucket stacks about (T + 1) / (ranks x buckets) wavenumbers, each with its two parities.
+    # The ceiling stacks a whole bucket, about (T + 1) / (ranks x buckets) wavenumbers of two parities each, in
+    # one call: the chunks a GPU may cut a bucket into (to bound its work arrays) are not the ceiling's concern.
     stack = 2 * max(1, math.ceil((t + 1) / (comm.size * max_buckets(xp))))
     ceiling = matmul_gflops(comm, octahedral, t, batch, xp=xp, stack=stack)
     legendre, fft = r["split_s"]["legendre"], r["split_s"]["fft"]

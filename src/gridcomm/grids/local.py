@@ -12,14 +12,17 @@ from .partition import halo_layers, validate_owner
 
 @dataclass(frozen=True, eq=False)
 class LocalMesh:
-    """What one part needs of the mesh, in local numbering: owned nodes first (ascending global id), then
-    the halo nodes of ``layers`` layers (ascending global id).
+    """What one part needs of the mesh, in local numbering: owned nodes first, in patches
+    (``OctahedralGrid.patch_order``: consecutive nodes are near each other in both directions, so that what a
+    GPU block gathers from its neighbours is mostly in its own patch), then the halo nodes of ``layers``
+    layers (ascending global id).
 
     The *update set* is every node that this part computes: its owned nodes and the halo nodes of layers
     1..layers-1 (with 2 layers: owned nodes and the first halo layer). Its edges are all edges with at
-    least one node in the update set, kept in ascending global edge id with the global orientation
-    (edge_nodes[e] = local indices of global (i, j), i < j), so that every node of the update set has all
-    of its edges and both of its ends are local.
+    least one node in the update set, with the global orientation (edge_nodes[e] = local indices of global
+    (i, j), i < j), so that every node of the update set has all of its edges and both of its ends are local.
+    Edges between two owned nodes come first; each group is ordered by its ends' local positions (nearer end,
+    then the other), so that an edge lies near its nodes in memory as well.
 
     Node sums over edges are segment sums over the *incidences* (node, edge): grouped by node in update
     order, within a node in ascending global edge id. A node's sum therefore adds the same terms in the same
@@ -31,7 +34,7 @@ class LocalMesh:
         global_ids: (n_local,) global node id of each local node.
         halo_layer: (n_local,) 0 for owned nodes, k for halo layer k.
         update_nodes: (n_update,) local indices of the update set: 0..n_owned-1, then layer-1.. nodes.
-        edge_ids: (n_edges,) global edge ids, ascending; edge_nodes: (n_edges, 2) local node indices.
+        edge_ids: (n_edges,) global edge ids; edge_nodes: (n_edges, 2) local node indices.
         normals: (n_edges, 3) m; face_lengths: (n_edges,) m; dual_volumes: (n_local,) m^2;
         xyz: (n_local, 3) unit vectors.
         inc_starts: (n_update,) first incidence of each update node; inc_edges: local edge of each
@@ -89,7 +92,7 @@ class LocalMesh:
         if not 0 <= part <= int(owner.max()):
             raise ValueError(f"part {part} is not among the parts 0..{int(owner.max())} of owner")
         V = mesh.n_nodes
-        owned = np.flatnonzero(owner == part)
+        owned = mesh.grid.patch_order(np.flatnonzero(owner == part))
         rings = halo_layers(mesh, owner, part, layers)
         halo = np.sort(np.concatenate(rings))
         global_ids = np.concatenate([owned, halo])
@@ -107,6 +110,9 @@ class LocalMesh:
         edge_ids = np.flatnonzero(in_update[i] | in_update[j])
         edge_nodes = local_of[mesh.edges[edge_ids]]
         assert (edge_nodes >= 0).all(), "an edge of the update set leaves the local nodes"
+        between_owned = (edge_nodes < len(owned)).all(axis=1)
+        order = np.lexsort((edge_nodes.max(axis=1), edge_nodes.min(axis=1), ~between_owned))
+        edge_ids, edge_nodes = edge_ids[order], edge_nodes[order]
         local_edge_of = np.full(mesh.n_edges, -1, np.int64)
         local_edge_of[edge_ids] = np.arange(len(edge_ids))
         # Incidences of the update nodes, straight from the global CSR (already in ascending edge id).

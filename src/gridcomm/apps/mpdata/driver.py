@@ -133,8 +133,10 @@ def _gather(setup: Setup, comm: Any, field: Any) -> np.ndarray | None:
     """The owned values of ``field`` by global id on rank 0, a host array (None elsewhere)."""
     setup.solver.synchronize()
     host = field.get() if setup.solver.on_gpu else field
-    if comm is None or setup.decomposition is None:
-        return np.array(host[: setup.local.n_owned])
+    if comm is None or setup.decomposition is None:  # one part: every node is owned, in the part's order
+        result = np.empty_like(host[: setup.local.n_owned])
+        result[setup.local.owned_ids] = host[: setup.local.n_owned]
+        return result
     return setup.decomposition.gather(host, root=0)
 
 

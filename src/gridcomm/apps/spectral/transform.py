@@ -13,9 +13,13 @@ Each transform has two halves, so that a distributed transform can transpose in 
 
 - Legendre (per zonal wavenumber m, over all latitude rows): F_m(row) = sum_l a_lm lambda_l^m(x_row), split by
   the parity of l - m and done on the northern rows only (the southern rows follow from
-  lambda_l^m(-x) = (-1)^(l+m) lambda_l^m(x)); real and imaginary parts of the fields and levels are the rows of
-  one real matrix product. Wavenumbers of similar length T - m + 1 are bucketed, their tables zero-padded to
-  the bucket's longest and stacked, so that each bucket is one batched matrix product (both parities);
+  lambda_l^m(-x) = (-1)^(l+m) lambda_l^m(x)). The products keep the fields fastest: per m and parity, the
+  table (N rows by the degrees) times the coefficients (degrees by the fields, real and imaginary parts as
+  neighbouring columns), so that one real product does a complex field's work and cuBLAS reads and writes its
+  operands where they lie; ``operands.py`` moves the caller's arrays (fields slowest) to and from that layout
+  in one pass, adding the parities into northern and southern rows on the way. Wavenumbers of similar length
+  T - m + 1 are bucketed, their tables zero-padded to the bucket's longest and stacked, so that each bucket
+  is one batched product (both parities), run in chunks whose products stay small (on the GPU, in L2);
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
   length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
   row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
@@ -32,21 +36,22 @@ aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...grids.octahedral import OctahedralGrid
+from . import operands
 from .fourier import FoldingPlan, RowFFTs, RowGeometry, plan_folding
 from .legendre import legendre_functions
+from .operands import Chunk, make_chunk
 
-#: The wavenumbers of a transform are cut into at most this many buckets of similar length T - m + 1, one
-#: batched matrix product each. Padding each m to its bucket's longest costs about 1 / MAX_BUCKETS more
-#: Legendre work when the m are spread evenly (0..T, or a rank's pairs m and T - m). On the host, smaller
-#: products stay in cache; on the GPU each bucket costs about 7 launches: on one H200, O640 with a batch of
-#: 31, both Legendre halves took 2.79, 2.73, 2.86 and 4.73 ms with at most 2, 4, 8 and 16 buckets.
+#: The wavenumbers of a transform are cut into at most this many buckets of similar length T - m + 1, each padded
+#: to its longest: padding costs about 1 / MAX_BUCKETS more Legendre work when the m are spread evenly (0..T, or a
+#: rank's pairs m and T - m). On the host, smaller products stay in cache; on the GPU each bucket costs 6 launches,
+#: which small transforms feel: on one H200, O640, both Legendre halves took 1.72 / 2.02 / 7.39 ms at batch 31 and
+#: 18.2 / 17.8 / 19.6 ms at batch 412 with at most 4 / 16 / 64 buckets (tune-buckets-gpu-1r-20261123T232658Z).
 MAX_BUCKETS = 16
 MAX_BUCKETS_GPU = 4
 
@@ -54,6 +59,22 @@ MAX_BUCKETS_GPU = 4
 def max_buckets(xp: Any) -> int:
     """The bucket limit for arrays of module ``xp``: MAX_BUCKETS on the host, MAX_BUCKETS_GPU on the GPU."""
     return MAX_BUCKETS if xp is np else MAX_BUCKETS_GPU
+
+
+#: The largest product of one batched call on the GPU [bytes]: a bucket whose products would be larger runs in
+#: chunks of fewer wavenumbers, which bounds the work arrays. Smaller chunks cost launches, not bandwidth: on one
+#: H200 (O640, batch 412, both Legendre halves, 16 buckets) 16 / 64 / 256 / 4096 MiB took 96.6 / 19.7 / 18.1 /
+#: 17.8 ms (``benchmarks/tune_buckets.py``, tune-buckets-gpu-1r-20261123T232658Z; products still in L2 gained
+#: nothing). On the host a bucket runs whole.
+GPU_PRODUCT_BYTES = 2**30
+
+
+def chunk_wavenumbers(n: int, batch: int, xp: Any) -> int | None:
+    """Wavenumbers per batched product on rows 0..N-1 for ``batch`` fields: whole buckets (None) on the host;
+    on the GPU as many as keep one call's products (2 parities x N x batch complex) within GPU_PRODUCT_BYTES."""
+    if xp is np:
+        return None
+    return max(1, GPU_PRODUCT_BYTES // (2 * n * max(1, batch) * 16))
 
 
 #: Orders of wavenumbers along the Fourier arrays' m axis whose index arrays a transform keeps.
@@ -68,23 +89,6 @@ def coefficient_count(truncation: int) -> int:
 def coefficient_index(l: int | np.ndarray, m: int | np.ndarray, truncation: int) -> Any:  # noqa: E741 (l is the degree)
     """Position of a_lm in the m-major triangular order: m (2T + 1 - m) / 2 + l."""
     return m * (2 * truncation + 1 - m) // 2 + l
-
-
-@dataclass(frozen=True)
-class _Bucket:
-    """Wavenumbers done by one batched product: positions ``start:stop`` of the transform's bucket order.
-
-    ``coefficients[i, p, k]`` is where a_lm with l = m + 2k + p (wavenumber i of the bucket, parity p of l - m)
-    sits in the coefficient arrays, or ncoef (a zero column) where l > T; ``tables`` (i, p, k, N) holds
-    lambda_l^m on the northern rows, zero where l > T; ``weighted`` (i, p, N, k) the same times the quadrature
-    weights 2 pi w_row, transposed (the direct transform's operand, contiguous as cuBLAS wants it).
-    """
-
-    start: int
-    stop: int
-    coefficients: Any
-    tables: Any
-    weighted: Any
 
 
 class SpectralTransform:
@@ -149,42 +153,50 @@ class SpectralTransform:
     # -- set-up ---------------------------------------------------------------------------------------------
 
     def _set_up_legendre(self) -> None:
-        """Buckets of wavenumbers, longest first (m ascending): the order of the stacked products."""
+        """Buckets of wavenumbers, longest first: the stacked products (``operands.Chunk`` each)."""
         t, lengths = self.truncation, self.truncation - self.wavenumbers + 1
         self._coef_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         order = np.argsort(-lengths, kind="stable")
-        # A permutation between the bucket order and the caller's order of wavenumbers costs one more pass over
-        # the Fourier coefficients; a rank's wavenumbers come ascending, which needs none.
-        self._permuted = not np.array_equal(order, np.arange(len(order)))
-        self._to_buckets = self.xp.asarray(order)
-        self._from_buckets = self.xp.asarray(np.argsort(order))
         # Quadrature on the northern rows; the southern ones mirror them (exact symmetry in OctahedralGrid).
         n = self.grid.N
         x, sin_theta = np.sin(self.grid.latitudes[:n]), np.cos(self.grid.latitudes[:n])
         weights = 2.0 * np.pi * self.grid.weights[:n]
         depths = (t - self.wavenumbers[order] + 2) // 2  # l of one parity: (T - m + 2) // 2 of them (even l - m)
         self._buckets = [
-            self._bucket(order[start:stop], start, stop, x, sin_theta, weights)
+            self._bucket(order[start:stop], x, sin_theta, weights)
             for start, stop in _bands(depths, max_buckets(self.xp))
         ]
 
-    def _bucket(
-        self, positions: np.ndarray, start: int, stop: int, x: np.ndarray, sin_theta: np.ndarray, weights: np.ndarray
-    ) -> _Bucket:
-        """The padded tables and coefficient positions of the wavenumbers at ``positions`` (longest first)."""
+    def _bucket(self, positions: np.ndarray, x: np.ndarray, sin_theta: np.ndarray, weights: np.ndarray) -> Chunk:
+        """The padded tables of the wavenumbers at ``positions`` (longest first) and where their data lie."""
         t, n = self.truncation, self.grid.N
         depth = (t - int(self.wavenumbers[positions[0]]) + 2) // 2
         tables = np.zeros((len(positions), 2, depth, n))
-        coefficients = np.full((len(positions), 2, depth), self.ncoef, dtype=np.int64)
         for i, p in enumerate(positions):
             table = legendre_functions(int(self.wavenumbers[p]), t, x, sin_theta=sin_theta)  # row l - m
             for parity in (0, 1):
                 part = table[parity::2]
                 tables[i, parity, : len(part)] = part
-                coefficients[i, parity, : len(part)] = self._coef_offsets[p] + parity + 2 * np.arange(len(part))
-        weighted = np.ascontiguousarray((tables * weights).swapaxes(-1, -2))
-        xp = self.xp
-        return _Bucket(start, stop, xp.asarray(coefficients), xp.asarray(tables), xp.asarray(weighted))
+        lengths = t - self.wavenumbers[positions] + 1
+        return make_chunk(self.xp, self._coef_offsets[positions], lengths, positions, tables, weights)
+
+    def _chunks(self, batch: int) -> Iterator[Chunk]:
+        """The buckets cut into the chunks that one batched product each does for ``batch`` fields."""
+        size = chunk_wavenumbers(self.grid.N, batch, self.xp)
+        for bucket in self._buckets:
+            step = size or bucket.count
+            for first in range(0, bucket.count, step):
+                yield bucket if step >= bucket.count else bucket.part(first, first + step)
+
+    def _operand(self, name: str, chunk: Chunk, rows: int, batch: int) -> Any:
+        """A (chunk, 2, rows, batch) complex work array (contents undefined), a view of a kept buffer."""
+        size = chunk.count * 2 * rows * batch
+        buffer = self._scratch_arrays.get(name)
+        if buffer is None or buffer.size < size:
+            # Sized for the largest chunk of this batch at once, so that it is allocated once per batch size.
+            most = max(c.count * 2 * max(self.grid.N, c.depth) for c in self._chunks(batch)) * batch
+            buffer = self._scratch_arrays[name] = self.xp.empty(max(size, most), np.complex128)
+        return buffer[:size].reshape(chunk.count, 2, rows, batch)
 
     def _fourier_plan(self, ms: np.ndarray) -> FoldingPlan:
         """The fold and pick index arrays for wavenumbers ``ms`` along the m axis, built on first use and kept."""
@@ -206,24 +218,12 @@ class SpectralTransform:
         batch, count = a.shape[0], len(self.wavenumbers)
         out = xp.empty((batch, count, 2 * n), np.complex128) if out is None else out
         _output(out, (batch, count, 2 * n), "legendre_inverse")
-        # Real and imaginary parts as the rows of one real product (half the work of a complex table), and a
-        # zero column that the padding of the buckets reads.
-        stacked = self._scratch("stacked", (2 * batch, self.ncoef + 1), np.float64)
-        stacked[:batch, :-1] = a.real
-        stacked[batch:, :-1] = a.imag
-        stacked[:, -1] = 0.0
-        # Bucket by bucket, so that on the host each product is still in cache when it is unfolded.
-        target = xp.empty_like(out) if self._permuted else out  # in bucket order
-        for bucket in self._buckets:
-            gathered = xp.take(stacked, bucket.coefficients, axis=1)  # (2 batch, m, parity, k)
-            product = xp.matmul(gathered.transpose(1, 2, 0, 3), bucket.tables)  # (m, parity, 2 batch, N)
-            even, odd = product[:, 0], product[:, 1]  # symmetric and antisymmetric about the equator
-            view = target[:, bucket.start : bucket.stop].transpose(1, 0, 2)  # (m, batch, 2N)
-            for part, half in ((view.real, slice(None, batch)), (view.imag, slice(batch, None))):
-                xp.add(even[:, half], odd[:, half], out=part[:, :, :n])
-                xp.subtract(even[:, half, ::-1], odd[:, half, ::-1], out=part[:, :, n:])
-        if self._permuted:
-            xp.take(target, self._from_buckets, axis=1, out=out)
+        for chunk in self._chunks(batch):
+            operand = self._operand("narrow", chunk, chunk.depth, batch)
+            operands.gather(a, chunk, operand)
+            product = self._operand("wide", chunk, n, batch)  # (m, parity, N, batch): even and odd parts
+            xp.matmul(chunk.tables, _real(operand), out=_real(product))
+            operands.unfold(product, chunk, out)
         return out
 
     def legendre_direct(self, fourier: Any) -> Any:
@@ -233,24 +233,18 @@ class SpectralTransform:
         count = len(self.wavenumbers)
         if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
             raise ValueError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
+        f = f.astype(np.complex128, copy=False)
+        if not f.flags.c_contiguous:
+            f = xp.ascontiguousarray(f)
         batch = f.shape[0]
-        if self._permuted:
-            f = xp.take(f, self._to_buckets, axis=1)
-        # Real and imaginary parts as the rows of one real product; the last column takes the padding's products.
-        stacked = self._scratch("stacked", (2 * batch, self.ncoef + 1), np.float64)
-        for bucket in self._buckets:
-            view = f[:, bucket.start : bucket.stop].transpose(1, 0, 2)  # (m, batch, 2N)
-            # North + south rows for l - m even, north - south for odd; the weights are in the tables.
-            sums = xp.empty((bucket.stop - bucket.start, 2, 2 * batch, n))
-            for part, half in ((view.real, slice(None, batch)), (view.imag, slice(batch, None))):
-                north, south = part[:, :, :n], part[:, :, n:][:, :, ::-1]
-                xp.add(north, south, out=sums[:, 0, half])
-                xp.subtract(north, south, out=sums[:, 1, half])
-            product = xp.matmul(sums, bucket.weighted)  # (m, parity, 2 batch, k)
-            stacked[:, bucket.coefficients] = product.transpose(2, 0, 1, 3)
         out = xp.empty((batch, self.ncoef), dtype=np.complex128)
-        out.real[...] = stacked[:batch, :-1]
-        out.imag[...] = stacked[batch:, :-1]
+        for chunk in self._chunks(batch):
+            # North + south rows for l - m even, north - south for odd; the weights are in the tables.
+            sums = self._operand("wide", chunk, n, batch)
+            operands.fold(f, chunk, sums)
+            product = self._operand("narrow", chunk, chunk.depth, batch)
+            xp.matmul(chunk.weighted, _real(sums), out=_real(product))
+            operands.scatter(product, chunk, out)
         return out
 
     # -- Fourier half -----------------------------------------------------------------------------------------
@@ -335,7 +329,8 @@ class SpectralTransform:
                 f"coefficients of shape {tuple(a.shape)}: expected (batch, {self.ncoef}), the a_lm of "
                 f"{len(self.wavenumbers)} wavenumbers at T = {self.truncation}"
             )
-        return a.astype(np.complex128, copy=False)
+        # The GPU's moves read rows of coefficients: a fancy-indexed or transposed array comes C-contiguous here.
+        return self.xp.ascontiguousarray(a.astype(np.complex128, copy=False))
 
     def _fourier_wavenumbers(self, wavenumbers: Sequence[int] | np.ndarray | None) -> np.ndarray:
         if wavenumbers is None:
@@ -352,6 +347,11 @@ def _bands(depths: np.ndarray, count: int) -> list[tuple[int, int]]:
     band = (int(depths[0]) - depths) // width
     cuts = np.flatnonzero(np.diff(band)) + 1
     return list(itertools.pairwise([0, *cuts.tolist(), len(depths)]))
+
+
+def _real(a: Any) -> Any:
+    """A C-contiguous complex array (..., batch) as the real array (..., 2 batch) of its parts: no copy."""
+    return a.view(np.float64)
 
 
 def _output(out: Any, shape: tuple[int, ...], what: str) -> Any:

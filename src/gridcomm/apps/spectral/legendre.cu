@@ -1,0 +1,122 @@
+// The spectral transform's Legendre half on the GPU, besides cuBLAS (apps/spectral/transform.py): the moves
+// between the caller's arrays and the matrix products' operands, one launch each per chunk of wavenumbers.
+//
+// The caller's arrays keep the fields (batch) slowest: coefficients (batch, ncoef) and Fourier coefficients
+// (batch, M, 2N), complex128 (double2). The products want the fields fastest, as the columns of one real
+// matrix (real and imaginary parts side by side are then simply the columns 2b and 2b + 1): operands
+// (chunk, parity, depth, batch) and (chunk, parity, N, batch), complex. Every kernel here is thus a
+// transposition between "fields slowest" and "fields fastest", done through a 32 x 32 tile in shared memory so
+// that loads and stores both run along contiguous memory; the gathers, the zero padding and the even/odd
+// combinations ride along at no extra pass.
+//
+// Wavenumber i of a chunk: its coefficients start at offsets[i] and number lengths[i] = T - m + 1 (degree
+// l = m + j at offsets[i] + j), and its Fourier coefficients sit at position positions[i] of the m axis.
+// Coefficient j = 2 k + p goes to parity p (of l - m), depth k; depths past the wavenumber's own are zero.
+#define TILE 32
+
+struct Tile {
+    double2 v[TILE][TILE + 1];  // the padding staggers the banks of a column
+};
+
+// operand[i, p, k, b] = a[b, offsets[i] + 2 k + p] (zero past lengths[i]). Tile: j = 2k + p in j0.., b in b0..
+extern "C" __global__ void gridcomm_legendre_gather(
+    const double2* __restrict__ a, long long ncoef, int batch, const long long* __restrict__ offsets,
+    const long long* __restrict__ lengths, int depth, double2* __restrict__ operand)
+{
+    __shared__ Tile t;
+    const int i = blockIdx.z, j0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
+    const long long offset = offsets[i], length = lengths[i];
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along a field's coefficients
+        const int b = b0 + y, j = j0 + threadIdx.x;
+        double2 v = make_double2(0.0, 0.0);
+        if (b < batch && j < length) v = a[(long long)b * ncoef + offset + j];
+        t.v[y][threadIdx.x] = v;
+    }
+    __syncthreads();
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along the fields
+        const int j = j0 + y, b = b0 + threadIdx.x;
+        if (b < batch && j < 2 * depth)
+            operand[(((long long)i * 2 + (j & 1)) * depth + (j >> 1)) * batch + b] = t.v[threadIdx.x][y];
+    }
+}
+
+// a[b, offsets[i] + 2 k + p] = product[i, p, k, b] for 2 k + p < lengths[i]: gather's reverse.
+extern "C" __global__ void gridcomm_legendre_scatter(
+    const double2* __restrict__ product, int batch, const long long* __restrict__ offsets,
+    const long long* __restrict__ lengths, int depth, long long ncoef, double2* __restrict__ a)
+{
+    __shared__ Tile t;
+    const int i = blockIdx.z, j0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
+    const long long offset = offsets[i], length = lengths[i];
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along the fields
+        const int j = j0 + y, b = b0 + threadIdx.x;
+        if (b < batch && j < length)
+            t.v[y][threadIdx.x] = product[(((long long)i * 2 + (j & 1)) * depth + (j >> 1)) * batch + b];
+    }
+    __syncthreads();
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along a field's coefficients
+        const int b = b0 + y, j = j0 + threadIdx.x;
+        if (b < batch && j < length) a[(long long)b * ncoef + offset + j] = t.v[threadIdx.x][y];
+    }
+}
+
+// From the products of both parities on the northern rows, product (chunk, 2, N, batch): the Fourier
+// coefficients of every row, fourier[b, positions[i], r] = even + odd on the northern row r and
+// fourier[b, positions[i], 2N - 1 - r] = even - odd on its southern mirror. Tile: rows r0.., fields b0..
+extern "C" __global__ void gridcomm_legendre_unfold(
+    const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count,
+    double2* __restrict__ fourier)
+{
+    __shared__ Tile north, south;
+    const int i = blockIdx.z, r0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
+    const double2* even = product + (long long)i * 2 * n * batch;
+    const double2* odd = even + (long long)n * batch;
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along the fields
+        const int r = r0 + y, b = b0 + threadIdx.x;
+        if (r < n && b < batch) {
+            const double2 e = even[(long long)r * batch + b], o = odd[(long long)r * batch + b];
+            north.v[y][threadIdx.x] = make_double2(e.x + o.x, e.y + o.y);
+            south.v[y][threadIdx.x] = make_double2(e.x - o.x, e.y - o.y);
+        }
+    }
+    __syncthreads();
+    const long long field = (long long)count * 2 * n, at = (long long)positions[i] * 2 * n;
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along each field's rows
+        const int b = b0 + y, r = r0 + threadIdx.x;
+        if (r < n && b < batch) {
+            double2* f = fourier + b * field + at;
+            f[r] = north.v[threadIdx.x][y];
+            f[2 * n - 1 - r] = south.v[threadIdx.x][y];
+        }
+    }
+}
+
+// unfold's counterpart for the quadrature: sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south
+// of fourier[b, positions[i], .] on the northern row r and its southern mirror 2N - 1 - r.
+extern "C" __global__ void gridcomm_legendre_fold(
+    const double2* __restrict__ fourier, int n, int batch, const int* __restrict__ positions, int count,
+    double2* __restrict__ sums)
+{
+    __shared__ Tile plus, minus;
+    const int i = blockIdx.z, r0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
+    const long long field = (long long)count * 2 * n, at = (long long)positions[i] * 2 * n;
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along each field's rows
+        const int b = b0 + y, r = r0 + threadIdx.x;
+        if (r < n && b < batch) {
+            const double2* f = fourier + b * field + at;
+            const double2 north = f[r], south = f[2 * n - 1 - r];
+            plus.v[y][threadIdx.x] = make_double2(north.x + south.x, north.y + south.y);
+            minus.v[y][threadIdx.x] = make_double2(north.x - south.x, north.y - south.y);
+        }
+    }
+    __syncthreads();
+    double2* even = sums + (long long)i * 2 * n * batch;
+    double2* odd = even + (long long)n * batch;
+    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along the fields
+        const int r = r0 + y, b = b0 + threadIdx.x;
+        if (r < n && b < batch) {
+            even[(long long)r * batch + b] = plus.v[threadIdx.x][y];
+            odd[(long long)r * batch + b] = minus.v[threadIdx.x][y];
+        }
+    }
+}
