@@ -19,7 +19,7 @@ Each transform has two halves, so that a distributed transform can transpose in 
   operands where they lie; ``operands.py`` moves the caller's arrays (fields slowest) to and from that layout
   in one pass, adding the parities into northern and southern rows on the way. Wavenumbers of similar length
   T - m + 1 are bucketed, their tables zero-padded to the bucket's longest and stacked, so that each bucket
-  is one batched product (both parities), run in chunks whose products stay small (on the GPU, in L2);
+  is one batched product (both parities), on the GPU in chunks that bound the work arrays;
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
   length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
   row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
@@ -188,15 +188,20 @@ class SpectralTransform:
             for first in range(0, bucket.count, step):
                 yield bucket if step >= bucket.count else bucket.part(first, first + step)
 
-    def _operand(self, name: str, chunk: Chunk, rows: int, batch: int) -> Any:
-        """A (chunk, 2, rows, batch) complex work array (contents undefined), a view of a kept buffer."""
-        size = chunk.count * 2 * rows * batch
-        buffer = self._scratch_arrays.get(name)
+    def _operand(self, shape: str, chunk: Chunk, batch: int) -> Any:
+        """A (chunk, 2, rows, batch) complex work array (contents undefined), a view of a kept buffer: rows = N
+        for ``shape`` "wide" (products and sums on the northern rows), the chunk's depth for "narrow"."""
+
+        def rows(c: Chunk) -> int:
+            return self.grid.N if shape == "wide" else c.depth
+
+        size = chunk.count * 2 * rows(chunk) * batch
+        buffer = self._scratch_arrays.get(shape)
         if buffer is None or buffer.size < size:
             # Sized for the largest chunk of this batch at once, so that it is allocated once per batch size.
-            most = max(c.count * 2 * max(self.grid.N, c.depth) for c in self._chunks(batch)) * batch
-            buffer = self._scratch_arrays[name] = self.xp.empty(max(size, most), np.complex128)
-        return buffer[:size].reshape(chunk.count, 2, rows, batch)
+            most = max(c.count * 2 * rows(c) for c in self._chunks(batch)) * batch
+            buffer = self._scratch_arrays[shape] = self.xp.empty(max(size, most), np.complex128)
+        return buffer[:size].reshape(chunk.count, 2, rows(chunk), batch)
 
     def _fourier_plan(self, ms: np.ndarray) -> FoldingPlan:
         """The fold and pick index arrays for wavenumbers ``ms`` along the m axis, built on first use and kept."""
@@ -219,9 +224,9 @@ class SpectralTransform:
         out = xp.empty((batch, count, 2 * n), np.complex128) if out is None else out
         _output(out, (batch, count, 2 * n), "legendre_inverse")
         for chunk in self._chunks(batch):
-            operand = self._operand("narrow", chunk, chunk.depth, batch)
+            operand = self._operand("narrow", chunk, batch)
             operands.gather(a, chunk, operand)
-            product = self._operand("wide", chunk, n, batch)  # (m, parity, N, batch): even and odd parts
+            product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
             xp.matmul(chunk.tables, _real(operand), out=_real(product))
             operands.unfold(product, chunk, out)
         return out
@@ -233,16 +238,14 @@ class SpectralTransform:
         count = len(self.wavenumbers)
         if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
             raise ValueError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
-        f = f.astype(np.complex128, copy=False)
-        if not f.flags.c_contiguous:
-            f = xp.ascontiguousarray(f)
+        f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
         batch = f.shape[0]
         out = xp.empty((batch, self.ncoef), dtype=np.complex128)
         for chunk in self._chunks(batch):
             # North + south rows for l - m even, north - south for odd; the weights are in the tables.
-            sums = self._operand("wide", chunk, n, batch)
+            sums = self._operand("wide", chunk, batch)
             operands.fold(f, chunk, sums)
-            product = self._operand("narrow", chunk, chunk.depth, batch)
+            product = self._operand("narrow", chunk, batch)
             xp.matmul(chunk.weighted, _real(sums), out=_real(product))
             operands.scatter(product, chunk, out)
         return out
