@@ -1,10 +1,8 @@
-"""Tune MPDATA's CUDA kernels on one GPU: levels per thread (1, 2, 4), the blocks per SM that the register
-allocation must allow (__launch_bounds__; 1 leaves it to the compiler), threads per block and whether blocks are
-dealt out by SM (cuda_kernels.SPREAD) at several level counts, the step with no exchange (graph replay) and every
-kernel alone beside the HBM copy bandwidth, all in one run.
+"""Tune MPDATA's CUDA kernels on one GPU: levels per thread (1, 2, 4) and the blocks per SM that the register
+allocation must allow (__launch_bounds__; 1 leaves it to the compiler) at several level counts, the step with no
+exchange (graph replay) and every kernel alone beside the HBM copy bandwidth, all in one run.
 
-    python benchmarks/tune_mpdata.py --grid O1280 --levels 32 --per-thread 1,2 --min-blocks 0,1,5,6 \
-        --threads 256,1024 --spread 0,1 --out DIR
+    python benchmarks/tune_mpdata.py --grid O1280 --levels 32 --per-thread 1,2 --min-blocks 0,1,5,6 --out DIR
 
 --min-blocks 0 is the table in gridcomm.apps.mpdata.cuda_kernels (MIN_BLOCKS_PER_SM), any other value that value
 for every kernel.
@@ -32,8 +30,6 @@ def main() -> None:
     parser.add_argument("--levels", default="32,128")
     parser.add_argument("--per-thread", default="1,2,4")
     parser.add_argument("--min-blocks", default="0", help="blocks per SM for __launch_bounds__ (0: the table)")
-    parser.add_argument("--threads", default="256", help="threads per block")
-    parser.add_argument("--spread", default="0", help="0: blocks in order; 1: dealt out by SM")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     comm = Communicator()
@@ -42,38 +38,26 @@ def main() -> None:
     mesh = MedianDualMesh(args.grid)
     rows = []
     variants = [
-        (int(levels), int(lpt), int(blocks), int(threads), bool(int(spread)))
+        (int(levels), int(lpt), int(blocks))
         for levels in args.levels.split(",")
         for lpt in args.per_thread.split(",")
         for blocks in args.min_blocks.split(",")
-        for threads in args.threads.split(",")
-        for spread in args.spread.split(",")
         if int(levels) % int(lpt) == 0
     ]
     tuned = dict(cuda_kernels.MIN_BLOCKS_PER_SM)
-    for levels, lpt, blocks, threads, spread in variants:
+    for levels, lpt, blocks in variants:
         # read when the kernels are compiled (each option set is compiled and cached once)
         cuda_kernels.MIN_BLOCKS_PER_SM = tuned if blocks == 0 else {(lpt, p): blocks for p in cuda_kernels.PHASES}
-        cuda_kernels.THREADS, cuda_kernels.SPREAD = threads, spread  # read when the solver is made
         options = {"levels": levels, "hbm": hbm, "gpus": 1, "kernels": True, "levels_per_thread": lpt}
         row = {**benchmark_case(comm, mesh, "none", **options), "min_blocks_per_sm": blocks}
-        row.update(threads=threads, spread=spread)
         rows.append(row)
         kernels = ", ".join(f"{k['kernel']} {100 * k['share_of_hbm']:.0f}%" for k in row["kernels"])
         print(
-            f"{args.grid} L={levels} lpt={lpt} min_blocks={blocks} threads={threads} spread={spread}: "
-            f"step {row['time_per_step_s'] * 1e3:.3f} ms, "
+            f"{args.grid} L={levels} lpt={lpt} min_blocks={blocks}: step {row['time_per_step_s'] * 1e3:.3f} ms, "
             f"{100 * row['step_share_of_hbm']:.1f}% of HBM {hbm:.0f} GB/s, {row['joules_per_step']} J; {kernels}",
             flush=True,
         )
-    config = {
-        "grid": args.grid,
-        "levels": args.levels,
-        "per_thread": args.per_thread,
-        "min_blocks": args.min_blocks,
-        "threads": args.threads,
-        "spread": args.spread,
-    }
+    config = {"grid": args.grid, "levels": args.levels, "per_thread": args.per_thread, "min_blocks": args.min_blocks}
     path = write_results(args.out, "tune-mpdata", machine_info(comm.size, gpus_used=1), config, rows)
     print(json.dumps({"results": str(path)}))
 

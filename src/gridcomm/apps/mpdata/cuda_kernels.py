@@ -16,10 +16,9 @@ from ...gpu import package_kernel
 from .tables import INNER, OUTER, MeshTables
 
 SOURCE = "mpdata.cu"
-THREADS = 256  # per block (mpdata.cu's THREADS), read when a CudaMpdata is made
-SPREAD = False  # deal blocks out by SM (mpdata.cu's SPREAD), read when a CudaMpdata is made
+THREADS = 256  # per block (mpdata.cu's THREADS)
 LEVELS_PER_THREAD = 2  # the default where the level count is even (see choose_levels_per_thread)
-#: Blocks of 256 threads per SM that a kernel's register allocation must allow (__launch_bounds__; 1 where absent), by
+#: Blocks of THREADS per SM that a kernel's register allocation must allow (__launch_bounds__; 1 where absent), by
 #: (levels per thread, kernel): the fastest of 1, 4, 5 and 6 for each kernel on one H200 at O1280 x 32 levels
 #: (benchmarks/tune_mpdata.py, results tune-mpdata-gpu-1r-20261123T193408Z). Fewer registers and more resident
 #: warps hide the gathers' latency (corrective: 8.50 ms as compiled, 5.09 ms at 6 blocks; bounds 6.89 -> 5.23 ms
@@ -44,14 +43,12 @@ def choose_levels_per_thread(levels: int, asked: int | None = None) -> int:
     return asked
 
 
-def mpdata_function(name: str, levels_per_thread: int, degree: int, threads: int = THREADS, spread: int = 0) -> Any:
-    """Kernel ``gridcomm_mpdata_<name>`` built for ``levels_per_thread``, a node-to-edge table ``degree``
-    slots wide, blocks of ``threads`` and blocks dealt out over ``spread`` SMs (0: in order), on the current
-    GPU."""
-    # The same register cap at any block size: as many resident threads as MIN_BLOCKS_PER_SM blocks of 256.
-    blocks = max(1, MIN_BLOCKS_PER_SM.get((levels_per_thread, name), 1) * 256 // threads)
+def mpdata_function(name: str, levels_per_thread: int, degree: int) -> Any:
+    """Kernel ``gridcomm_mpdata_<name>`` built for ``levels_per_thread`` and a node-to-edge table ``degree``
+    slots wide, on the current GPU."""
+    blocks = MIN_BLOCKS_PER_SM.get((levels_per_thread, name), 1)
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS_PER_THREAD={levels_per_thread}", f"-DDEGREE={degree}",
-               f"-DMIN_BLOCKS={blocks}", f"-DTHREADS={threads}", f"-DSPREAD={spread}")  # fmt: skip
+               f"-DMIN_BLOCKS={blocks}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
 
 
@@ -90,8 +87,7 @@ class CudaMpdata:
             )
         self.stream = stream
         self.levels_per_thread = choose_levels_per_thread(t.levels, levels_per_thread)
-        self._degree, self._levels, self._threads = t.degree, t.levels, THREADS
-        self._spread = cupy.cuda.Device().attributes["MultiProcessorCount"] if SPREAD else 0
+        self._degree, self._levels = t.degree, t.levels
         up = cupy.asarray
 
         def i32(a: np.ndarray) -> Any:
@@ -146,15 +142,12 @@ class CudaMpdata:
         a thread per ``levels_per_thread`` levels of each."""
         lpt = self.levels_per_thread
         items = int(count) * self._levels // lpt
-        function = mpdata_function(key[0], lpt, self._degree, self._threads, self._spread)
-        blocks = math.ceil(items / self._threads)
-        if self._spread:  # a whole number of blocks per SM: those past the list return at once
-            blocks = math.ceil(blocks / self._spread) * self._spread
-        self._launches[key] = [(function, blocks, args)] if items else []
+        function = mpdata_function(key[0], lpt, self._degree)
+        self._launches[key] = [(function, math.ceil(items / THREADS), args)] if items else []
 
     def _run(self, key: tuple[str, str]) -> None:
         for function, blocks, args in self._launches[key]:
-            function((blocks,), (self._threads,), args, stream=self.stream)
+            function((blocks,), (THREADS,), args, stream=self.stream)
 
     def upwind(self, part: str) -> None:
         self._run(("upwind", part))

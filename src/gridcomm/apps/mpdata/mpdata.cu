@@ -30,9 +30,7 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1  // blocks of THREADS per SM the register allocation must allow (__launch_bounds__)
 #endif
-#ifndef THREADS
-#define THREADS 256  // per block, as launched (cuda_kernels.py)
-#endif
+#define THREADS 256
 #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #define LPT LEVELS_PER_THREAD
 #define EPS 1e-15  // as scheme.EPS: guards MPDATA's and FCT's ratios where a field and its fluxes vanish
@@ -67,22 +65,6 @@ __device__ __forceinline__ void store(double* __restrict__ p, const Vec& a)
 #pragma unroll
     for (int t = 0; t < LPT; ++t) p[t] = a.v[t];
 #endif
-}
-
-// The thread's place in the list of work items. With SPREAD = s > 0 (the host launches a multiple of s blocks)
-// the blocks are dealt out so that blocks b, b + s, b + 2s, ..., which the GPU's block scheduler starts on
-// one SM when s is its SM count, take neighbouring parts of the list: the nodes a block gathers around are
-// then more often in that SM's L1, loaded by another block there.
-#ifndef SPREAD
-#define SPREAD 0
-#endif
-__device__ __forceinline__ unsigned int thread_index()
-{
-    unsigned int block = blockIdx.x;
-#if SPREAD > 0
-    block = (block % SPREAD) * (gridDim.x / SPREAD) + block / SPREAD;
-#endif
-    return block * blockDim.x + threadIdx.x;
 }
 
 // The thread's work item: position `u` in the node list and the offset of its first level in a field.
@@ -154,7 +136,7 @@ KERNEL gridcomm_mpdata_upwind(
 {
     MESH;
     Item it;
-    if (!item_of(thread_index(), count, levels, it)) return;
+    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
     const int u = entry(nodes, first, it.u);
     const long long node = mesh.node(u);
     const Vec own = load(at(psi, node, levels, it.level));
@@ -188,7 +170,7 @@ KERNEL gridcomm_mpdata_gradient(
 {
     MESH;
     Item it;
-    if (!item_of(thread_index(), count, levels, it)) return;
+    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
     const int u = it.u;
     const Vec own = load(at(psi1, u, levels, it.level));
     Vec g[3];
@@ -234,7 +216,7 @@ KERNEL gridcomm_mpdata_fluxes(
     const double* __restrict__ wind1, const double* __restrict__ wind2, long long field_stride, int levels)
 {
     Item it;
-    if (!item_of(thread_index(), count, levels, it)) return;
+    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
     const int e = entry(edges, first, it.u);
     const long long i = __ldg(edge_i + e), j = __ldg(edge_j + e);
     const double* g1 = grad + field_stride;
@@ -266,7 +248,7 @@ KERNEL gridcomm_mpdata_bounds(
 {
     MESH;
     Item it;
-    if (!item_of(thread_index(), count, levels, it)) return;
+    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
     const int u = entry(nodes, first, it.u);
     const long long node = mesh.node(u);
     const Vec p = load(at(psi, node, levels, it.level)), p1 = load(at(psi1, node, levels, it.level));
@@ -315,7 +297,7 @@ KERNEL gridcomm_mpdata_corrective(
 {
     MESH;
     Item it;
-    if (!item_of(thread_index(), count, levels, it)) return;
+    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
     const int u = it.u;
     Vec own_up, own_dn;
     if (limit) {
