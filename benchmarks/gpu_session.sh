@@ -64,6 +64,10 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
           tests/test_gpu.py -k transpose
         ;;
+      tests-exchange)  # the exchanger and transposer GPU suites only (test_gpu.py)
+        stage tests-exchange 360 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
+          tests/test_gpu.py
+        ;;
       tests-spectral)  # the spectral transform's GPU suite only
         stage tests-spectral 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_spectral_gpu.py
         ;;
@@ -97,6 +101,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       bench-mpdata1)  # one GPU: the seed's Figures 16-19 cases, every transport beside no exchange
         stage bench-mpdata1 420 $py -m gridcomm bench mpdata --gpu --np 1 --grids O640,O1024,O1280 --out "$dir/results"
         ;;
+      bench-mpdata1-o1280)  # one GPU, O1280 only: the 1-GPU point that bench-mpdata draws its scaling against
+        stage bench-mpdata1-o1280 240 $py -m gridcomm bench mpdata --gpu --np 1 --grids O1280 --out "$dir/results"
+        ;;
       bench-mpdata)  # every GPU: O1280 over the GPU transports, drawn beside the 1-GPU run when one is there
         stage bench-mpdata 420 $py -m gridcomm bench mpdata --gpu --np "$ngpu" --grids O1280 \
           $(ls "$dir"/results/mpdata-gpu-1r-*.json 2>/dev/null | head -1 | sed 's/^/--with /') --out "$dir/results"
@@ -108,6 +115,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ;;
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
+      tune-pack)  # the pack and unpack launches alone, 2 ranks (sharing the GPU where there is one), each timed alone
+        stage tune-pack 300 $py benchmarks/tune_copy.py --halos-only --unroll 1 --blocks-per-sm 6,7 --piece-units 1024,4096 \
+          --out "$dir/results" ;;
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;

@@ -30,12 +30,27 @@ def time_gpu(comm: Communicator, run: Callable[[], Any], samples: int = 7, min_s
     return time_collective(comm.mpi, run, samples=samples, min_sample_s=min_sample_s, finish=sync)
 
 
+def time_gpu_alone(comm: Communicator, run: Callable[[], Any], samples: int = 7) -> Timing:
+    """Seconds per ``run()`` of work local to this rank's GPU (collective): the ranks time their own ``run``
+    one at a time while the others wait, so that ranks sharing a GPU do not share its bandwidth."""
+    from mpi4py import MPI
+
+    mine = None
+    for rank in range(comm.size):
+        if rank == comm.rank:
+            mine = time_collective(MPI.COMM_SELF, run, samples=samples, finish=sync)
+        comm.mpi.Barrier()
+    assert mine is not None
+    return mine
+
+
 def hbm_copy_gbps(comm: Communicator, nbytes: int = 1 << 30, samples: int = 5) -> float:
-    """Device-to-device copy on this GPU, bytes read plus bytes written per second [GB/s] (slowest rank)."""
+    """Device-to-device copy on this GPU, bytes read plus bytes written per second [GB/s] (slowest rank; each
+    rank timed alone, so that ranks sharing a GPU measure all of it)."""
     src, dst = device_allocation(nbytes), device_allocation(nbytes)
     src.fill(1)
-    t = time_gpu(comm, lambda: dst.__setitem__(slice(None), src), samples)
-    return 2 * nbytes / t.median / 1e9
+    t = time_gpu_alone(comm, lambda: dst.__setitem__(slice(None), src), samples)
+    return min(comm.mpi.allgather(2 * nbytes / t.median / 1e9))
 
 
 class PeerBuffers:

@@ -180,13 +180,16 @@ def _pack_unpack(
     comm: Communicator, case: HaloCase, decomposition: CartesianDecomposition, fields: list[Any], samples: int
 ) -> tuple[dict[str, Any], list[int], float, float]:
     """(the case's row, its peers, pack GB/s, unpack GB/s), timed on the packer of a staged exchanger (which
-    writes device message buffers); the field-to-field copies of the pack launch count as read and written."""
-    from .ceilings import time_gpu
+    writes device message buffers), one rank at a time: the slowest rate of the ranks with bytes to move
+    (0 where none has any); the field-to-field copies of the pack launch count as read and written."""
+    from .ceilings import time_gpu_alone
 
     with HaloExchanger(decomposition, fields, "staged") as staged:
         row = _row(case, decomposition, staged)
         packed = 2 * (staged.layout.send_nbytes + staged.packer.local_nbytes)
         unpacked = 2 * staged.layout.recv_nbytes
-        pack = time_gpu(comm, staged.packer.pack, samples)
-        unpack = time_gpu(comm, staged.packer.unpack, samples)
-        return row, [m.peer for m in staged.layout.sends], packed / pack.median / 1e9, unpacked / unpack.median / 1e9
+        pack = time_gpu_alone(comm, staged.packer.pack, samples)
+        unpack = time_gpu_alone(comm, staged.packer.unpack, samples)
+        rates = comm.mpi.allgather((packed / pack.median / 1e9, unpacked / unpack.median / 1e9))
+        pack_gbps, unpack_gbps = (min((r[k] for r in rates if r[k] > 0), default=0.0) for k in (0, 1))
+        return row, [m.peer for m in staged.layout.sends], pack_gbps, unpack_gbps

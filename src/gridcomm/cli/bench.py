@@ -48,7 +48,7 @@ def bench_halo(
     from ..bench.results import plot_halo, plot_halo_gpu, write_results
     from ..comm import Communicator
 
-    default_sizes = "16,32,64,128,256,512" if gpu else "8,16,32,64,128"
+    default_sizes = "16,32,64,128,256,512,1024" if gpu else "8,16,32,64,128"
     size_list = [8, 32] if quick else int_list(sizes or default_sizes, "--sizes")
     field_list = [2] if quick else int_list(fields, "--fields")
     samples = 3 if quick else samples

@@ -24,11 +24,12 @@ SRC, SRC_STRIDE0, SRC_STRIDE1, SRC_INDEX, DST, DST_STRIDE0, DST_STRIDE1, DST_IND
 UNIT, UNITS_PER_RUN, N1, UNITS = range(8, 12)
 TABLE_WIDTH = 12
 THREADS = 256
-UNITS_PER_CHUNK = THREADS * 8  # what a block copies at a time (runs.cuh's copy_chunks)
 # The copy kernels' shape (measured by benchmarks/tune_copy.py on H200, see docs/design.md): units each
-# thread keeps in flight, and blocks per SM (each looping over chunks); 0 means one block per chunk.
+# thread keeps in flight, and blocks per SM, each copying an equal share of the table; the kernels are
+# compiled with registers few enough for that many blocks to be resident at once (one wave).
 UNROLL = 1
-BLOCKS_PER_SM = 8
+BLOCKS_PER_SM = 6
+PIECE_UNITS = 1024  # units a block copies before the next block's turn (0: one contiguous share per block)
 
 
 def kernel_source(name: str) -> str:
@@ -38,16 +39,17 @@ def kernel_source(name: str) -> str:
 
 def kernel(source: str, name: str) -> Any:
     """Kernel ``name`` of ``packing/kernels/<source>``, compiled once by NVRTC (its includes resolved
-    beside it) for the current UNROLL."""
-    return _compiled(source, name, UNROLL)
+    beside it) for the current UNROLL and BLOCKS_PER_SM."""
+    return _compiled(source, name, UNROLL, BLOCKS_PER_SM)
 
 
 @functools.cache
-def _compiled(source: str, name: str, unroll: int) -> Any:
+def _compiled(source: str, name: str, unroll: int, blocks_per_sm: int) -> Any:
     import cupy
 
     folder = resources.files(__package__).joinpath("kernels")
-    options = ("-std=c++17", f"-I{folder}", f"-DUNROLL={unroll}")
+    options = ("-std=c++17", f"-I{folder}", f"-DUNROLL={unroll}", f"-DCOPY_THREADS={THREADS}",
+               f"-DMIN_BLOCKS={blocks_per_sm}")  # fmt: skip
     return cupy.RawModule(code=kernel_source(source), options=options).get_function(name)
 
 
@@ -141,37 +143,70 @@ class Descriptors:
                 self.add(address(src_field), src, address(dst_field), dst)
 
 
+def balanced_pieces(
+    units: Sequence[int], blocks: int, piece_units: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Deal the units of segments ``units[0], units[1], ...`` (taken one after another) out to ``blocks``
+    blocks in equal shares. ``piece_units`` 0: block b gets one contiguous share, units b U / blocks to
+    (b + 1) U / blocks (rounded down) of the U in all; else the units are cut every ``piece_units`` and the
+    pieces dealt out in turn (block b: pieces b, b + blocks, ...), so that the blocks sweep memory side by
+    side. Shares are cut again where a segment ends.
+
+    Returns (segment, first, last): piece p is units [first[p], last[p]) of segment segment[p], and block b
+    copies pieces b, b + blocks, b + 2 blocks, ... (empty ones, first == last, pad the list where blocks
+    have fewer pieces than others)."""
+    starts = np.concatenate(([0], np.cumsum(np.asarray(units, dtype=np.int64))))
+    total = int(starts[-1])
+    if piece_units:
+        bounds = np.append(np.arange(0, total, piece_units, dtype=np.int64), total)
+        owner_of_share = np.arange(len(bounds) - 1) % blocks
+    else:
+        bounds = np.arange(blocks + 1, dtype=np.int64) * total // blocks  # exact in int64 below 2^63 / blocks
+        owner_of_share = np.arange(blocks)
+    cuts = np.union1d(bounds, starts)  # every share and every segment starts at a cut
+    first, last = cuts[:-1], cuts[1:]
+    segment = np.searchsorted(starts, first, side="right") - 1
+    owner = owner_of_share[np.searchsorted(bounds, first, side="right") - 1]
+    # Slot k of block b is entry k * blocks + b: sort by (k, b), k being the piece's rank within its block.
+    order = np.argsort(owner, kind="stable")
+    rank = np.empty(len(first), np.int64)
+    counts = np.bincount(owner, minlength=blocks)
+    rank[order] = np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
+    slots = int(counts.max(initial=0))
+    place = rank * blocks + owner
+    out_segment = np.zeros(slots * blocks, np.int32)
+    out_first = np.zeros(slots * blocks, np.int64)
+    out_last = np.zeros(slots * blocks, np.int64)
+    out_segment[place], out_first[place], out_last[place] = segment, first - starts[segment], last - starts[segment]
+    return out_segment, out_first, out_last
+
+
 class SegmentTable:
-    """A descriptor table and its chunks on the device: chunk c is units [chunk_first[c], + UNITS_PER_CHUNK)
-    of segment chunk_segment[c]."""
+    """A descriptor table on the device and each block's pieces of it (``balanced_pieces`` with
+    PIECE_UNITS): BLOCKS_PER_SM blocks per SM of the current device, fewer where there are fewer than THREADS
+    units per block to copy."""
 
     def __init__(self, rows: Descriptors) -> None:
         import cupy
 
         self._keep = rows.keep
         table = np.array(rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
-        chunks = [(s, first) for s, row in enumerate(table) for first in range(0, int(row[UNITS]), UNITS_PER_CHUNK)]
-        self.chunks = len(chunks)
+        units = table[:, UNITS]
+        cap = BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id)
+        self.grid = max(1, min(cap, -(-int(units.sum()) // THREADS)))
+        pieces = balanced_pieces(units, self.grid, PIECE_UNITS)
+        self.pieces = len(pieces[0])
         self.table = cupy.asarray(table)
-        self.chunk_segment = cupy.asarray(np.array([s for s, _ in chunks] or [0], dtype=np.int32))
-        self.chunk_first = cupy.asarray(np.array([f for _, f in chunks] or [0], dtype=np.int64))
+        self._pieces = tuple(cupy.asarray(a) for a in pieces)
 
     @property
     def args(self) -> tuple[Any, ...]:
-        """The table's kernel arguments (runs.cuh's copy_chunks)."""
-        return (self.table, self.chunk_segment, self.chunk_first, np.int32(UNITS_PER_CHUNK), np.int32(self.chunks))
-
-    @property
-    def grid(self) -> int:
-        """Blocks to launch: one per chunk, at most BLOCKS_PER_SM per SM of the current device; at least 1."""
-        import cupy
-
-        cap = BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id) if BLOCKS_PER_SM else self.chunks
-        return max(1, min(self.chunks, cap))
+        """The table's kernel arguments (runs.cuh's copy_pieces)."""
+        return (self.table, *self._pieces, np.int32(self.pieces))
 
     def copy(self, stream: Any) -> None:
         """Enqueue the copy of every row on ``stream`` (None: the current stream)."""
-        if self.chunks:
+        if self.pieces:
             kernel("pack.cu", "gridcomm_copy_runs")((self.grid,), (THREADS,), self.args, stream=stream)
 
 

@@ -8,7 +8,7 @@
 // and a device-side exchange counter (`epoch`, so that a replayed CUDA graph counts right). Exchange e:
 //   1. every block tells each source "my halos may be written" (CLEAR = e): this kernel runs after the work
 //      that read the halos of exchange e - 1, in stream order;
-//   2. each block waits until every destination has cleared exchange e, then copies its chunks;
+//   2. each block waits until every destination has cleared exchange e, then copies its share of the table;
 //   3. the last block to finish (a counter) fences, sets DATA = e at every destination, and waits until
 //      every source has set DATA = e here: when the kernel ends, this rank's halos are complete.
 // Waits (gpu_waits.cuh) spin with a time limit; a wait that gives up records it in host-mapped memory, and
@@ -28,12 +28,12 @@ __device__ bool wait_all(const volatile long long* flags, const int* peers, int 
     return true;
 }
 
-extern "C" __global__ void gridcomm_ipc_exchange(
+COPY_KERNEL gridcomm_ipc_exchange(
     const long long* __restrict__ table,       // TABLE_WIDTH entries per segment (runs.cuh)
-    const int* __restrict__ chunk_segment,
-    const long long* __restrict__ chunk_first,
-    int units_per_chunk,
-    int chunks,                                // chunks to copy (0: the grid's one block only signals)
+    const int* __restrict__ piece_segment,     // each block's pieces of the table (runs.cuh's copy_pieces);
+    const long long* __restrict__ piece_first, // with nothing to copy, the grid's one block only signals
+    const long long* __restrict__ piece_last,
+    int pieces,
     long long* epoch,                          // exchanges done (device memory)
     unsigned int* finished,                    // [blocks done, a block gave up] in this exchange (device, 0)
     long long* own_flags,                      // CLEAR[size] then DATA[size], written by the peers
@@ -56,7 +56,7 @@ extern "C" __global__ void gridcomm_ipc_exchange(
         if (!clear) atomicExch(&finished[1], 1u);
     }
     __syncthreads();
-    if (clear) copy_chunks(table, chunk_segment, chunk_first, units_per_chunk, chunks);
+    if (clear) copy_pieces(table, piece_segment, piece_first, piece_last, pieces);
     __threadfence_system();                    // this block's writes land before the count says so
     __syncthreads();
     if (threadIdx.x != 0 || atomicAdd(finished, 1u) != gridDim.x - 1) return;

@@ -1,13 +1,13 @@
-// Pack, unpack and local copies of every selection of every field for every peer, in one launch: the blocks
-// copy the chunks of the descriptor table (runs.cuh).
+// Pack, unpack and local copies of every selection of every field for every peer, in one launch: each block
+// copies its equal share of the descriptor table's units (runs.cuh).
 #include "runs.cuh"
 
-extern "C" __global__ void gridcomm_copy_runs(
+COPY_KERNEL gridcomm_copy_runs(
     const long long* __restrict__ table,       // TABLE_WIDTH entries per segment
-    const int* __restrict__ chunk_segment,     // segment of each chunk
-    const long long* __restrict__ chunk_first, // first unit (within its segment) of each chunk
-    int units_per_chunk,
-    int chunks)
+    const int* __restrict__ piece_segment,     // segment of each piece
+    const long long* __restrict__ piece_first, // first unit (within its segment) of each piece
+    const long long* __restrict__ piece_last,  // one past its last unit
+    int pieces)                                // block b copies pieces b, b + gridDim.x, ...
 {
-    copy_chunks(table, chunk_segment, chunk_first, units_per_chunk, chunks);
+    copy_pieces(table, piece_segment, piece_first, piece_last, pieces);
 }

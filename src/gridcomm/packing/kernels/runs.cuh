@@ -45,6 +45,16 @@ struct Divisor {
     }
 };
 
+// Every copy kernel's signature: blocks of COPY_THREADS, registers few enough for MIN_BLOCKS of them per SM
+// (packing/cuda.py launches at most that many blocks per SM: all of them resident, one wave).
+#ifndef COPY_THREADS
+#define COPY_THREADS 256
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+#define COPY_KERNEL extern "C" __global__ void __launch_bounds__(COPY_THREADS, MIN_BLOCKS)
+
 // Units each thread keeps in flight: all loads of a round are issued before its stores, so that a thread
 // waits for one memory latency per round, not per unit (set by packing/cuda.py at compile time).
 #ifndef UNROLL
@@ -93,15 +103,14 @@ __device__ __forceinline__ void copy_units(const long long* seg, long long first
     }
 }
 
-// Copies the chunks of the table, the grid's blocks taking chunks blockIdx.x, + gridDim.x, ...: chunk c is
-// units [chunk_first[c], + units_per_chunk) of segment chunk_segment[c]. A grid smaller than the chunk count
-// starts fewer blocks, each of which then pays its start and its closing fence once for several chunks.
-__device__ __forceinline__ void copy_chunks(
-    const long long* table, const int* chunk_segment, const long long* chunk_first, int units_per_chunk, int chunks)
+// Copies this block's pieces: blockIdx.x, + gridDim.x, + 2 gridDim.x, ... of the list, piece p being units
+// [piece_first[p], piece_last[p]) of segment piece_segment[p] (empty where first == last). The host deals
+// the table's units out so that every block copies the same number (packing/cuda.py, balanced_pieces): no
+// block runs on alone at the end while the others idle.
+__device__ __forceinline__ void copy_pieces(
+    const long long* table, const int* piece_segment, const long long* piece_first, const long long* piece_last,
+    int pieces)
 {
-    for (int c = blockIdx.x; c < chunks; c += gridDim.x) {
-        const long long* seg = table + (long long)chunk_segment[c] * TABLE_WIDTH;
-        const long long first = chunk_first[c];
-        copy_units(seg, first, min(first + (long long)units_per_chunk, seg[UNITS]));
-    }
+    for (int p = blockIdx.x; p < pieces; p += gridDim.x)
+        copy_units(table + (long long)piece_segment[p] * TABLE_WIDTH, piece_first[p], piece_last[p]);
 }
