@@ -51,7 +51,7 @@ class Chunk:
     weighted: Any
     index: np.ndarray | None
     valid: np.ndarray | None
-    run: slice | None  # positions as a slice where they are one ascending run (host)
+    places: slice | np.ndarray | None  # host: positions to index the m axis with, a slice where one ascending run
 
     @property
     def count(self) -> int:
@@ -69,7 +69,7 @@ class Chunk:
             self.weighted[first:stop],
             self.index[first:stop] if host else None,
             self.valid[first:stop] if host else None,
-            _run(self.positions[first:stop]) if host else None,
+            _places(self.positions[first:stop]) if host else None,
         )
 
 
@@ -90,7 +90,7 @@ def make_chunk(
         j = 2 * np.arange(depth)[None, None, :] + np.arange(2)[None, :, None]  # coefficient j = 2k + p
         valid = j < lengths[:, None, None]
         index = np.where(valid, offsets[:, None, None] + j, 0)
-        return Chunk(depth, offsets, lengths, positions, inverse, weighted, index, valid, _run(positions))
+        return Chunk(depth, offsets, lengths, positions, inverse, weighted, index, valid, _places(positions))
     return Chunk(
         depth,
         xp.asarray(offsets.astype(np.int64)),
@@ -104,10 +104,11 @@ def make_chunk(
     )
 
 
-def _run(positions: np.ndarray) -> slice | None:
+def _places(positions: np.ndarray) -> slice | np.ndarray:
+    """``positions`` as a slice where they are one ascending run (a view instead of a gather), else as they are."""
     if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
         return slice(int(positions[0]), int(positions[0]) + len(positions))
-    return None
+    return positions
 
 
 def gather(a: Any, chunk: Chunk, operand: Any) -> None:
@@ -144,7 +145,7 @@ def unfold(product: Any, chunk: Chunk, fourier: Any) -> None:
         ))  # fmt: skip
         return
     even, odd = product[:, 0], product[:, 1]  # (chunk, N, batch)
-    at = chunk.run if chunk.run is not None else chunk.positions
+    at = chunk.places
     fourier[:, at, :n] = np.moveaxis(even + odd, -1, 0)
     fourier[:, at, n:] = np.moveaxis((even - odd)[:, ::-1], -1, 0)
 
@@ -159,7 +160,7 @@ def fold(fourier: Any, chunk: Chunk, sums: Any) -> None:
             fourier, np.int32(n), np.int32(batch), chunk.positions, np.int32(count), sums,
         ))  # fmt: skip
         return
-    at = chunk.run if chunk.run is not None else chunk.positions
+    at = chunk.places
     north, south = fourier[:, at, :n], fourier[:, at, n:][:, :, ::-1]  # (batch, chunk, N)
     np.add(north, south, out=np.moveaxis(sums[:, 0], -1, 0))
     np.subtract(north, south, out=np.moveaxis(sums[:, 1], -1, 0))
