@@ -62,6 +62,16 @@ def describe_timeout(exc: BaseException, seconds: float) -> list[str]:
     return problems
 
 
+def wait_expecting_timeout(handle, name: str) -> list[str]:
+    """Rank 0's wait() on an exchange rank 1 never started: the problems with the timeout it must raise."""
+    start = time.perf_counter()
+    try:
+        handle.wait()
+        return [f"{name}: wait() returned although rank 1 never started the exchange"]
+    except Exception as exc:
+        return [f"{name}: {p}" for p in describe_timeout(exc, time.perf_counter() - start)]
+
+
 @ranks(only=[2])
 def check_timeout_names_rank_and_peer_then_completes(comm):
     """Rank 0 exchanges with timeout=1 while rank 1 stays away: GridcommTimeout within a few seconds,
@@ -74,12 +84,8 @@ def check_timeout_names_rank_and_peer_then_completes(comm):
         ex = HaloExchanger(d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
         if comm.Get_rank() == 0:
             handle = ex.start()
-            start = time.perf_counter()
             try:
-                handle.wait()
-                problems.append(f"{name}: wait() returned although rank 1 never started the exchange")
-            except Exception as exc:
-                problems += [f"{name}: {p}" for p in describe_timeout(exc, time.perf_counter() - start)]
+                problems += wait_expecting_timeout(handle, name)
             finally:
                 release(comm)
             start = time.perf_counter()
