@@ -18,16 +18,20 @@ from .tables import INNER, OUTER, MeshTables
 SOURCE = "mpdata.cu"
 THREADS = 256  # per block (mpdata.cu's THREADS)
 LEVELS_PER_THREAD = 2  # the default where the level count is even (see choose_levels_per_thread)
-#: Blocks of THREADS per SM that a kernel's register allocation must allow (__launch_bounds__; 1 where absent), by
-#: (levels per thread, kernel): the fastest of 1, 4, 5 and 6 for each kernel on one H200 at O1280 x 32 levels
-#: (benchmarks/tune_mpdata.py, results tune-mpdata-gpu-1r-20261123T193408Z). Fewer registers and more resident
-#: warps hide the gathers' latency (corrective: 8.50 ms as compiled, 5.09 ms at 6 blocks; bounds 6.89 -> 5.23 ms
-#: at 4), down to where spills cost more (bounds at 6: 6.62 ms); the fluxes kernel gains nothing (5.65 / 5.64 ms).
-MIN_BLOCKS_PER_SM: dict[tuple[int, str], int] = {
-    (2, "upwind"): 4,
-    (2, "gradient"): 4,
-    (2, "bounds"): 4,
-    (2, "corrective"): 6,
+#: How each kernel runs, by (levels per thread, kernel): the blocks of THREADS per SM that its register allocation
+#: must allow (__launch_bounds__; 1 leaves it to the compiler), and the items (nodes or edges x levels per thread
+#: levels) each thread computes, fetching its next item's table row while it loads the current item's fields
+#: where that is more than 1 (mpdata.cu's for_each_item, PREFETCH). The fastest on one H200 at O1280 x 32 levels
+#: (benchmarks/tune_mpdata.py): more resident warps hide the gathers' latency (corrective 8.50 ms as compiled,
+#: 5.09 ms at 6 blocks, tune-mpdata-gpu-1r-20261123T193408Z) down to where spills cost more; fetching ahead
+#: takes the corrective pass from 57 to 65 % of the HBM copy and the fluxes from 54 to 55 %, but costs the
+#: others more in registers than it gains (tune-mpdata-gpu-1r-20261124T030258Z).
+KERNEL_SHAPES: dict[tuple[int, str], tuple[int, int]] = {
+    (2, "upwind"): (4, 1),
+    (2, "gradient"): (4, 1),
+    (2, "fluxes"): (4, 4),
+    (2, "bounds"): (4, 1),
+    (2, "corrective"): (4, 4),
 }
 PHASES = ("upwind", "gradient", "fluxes", "bounds", "corrective")
 SIGN_TAGS = {1.0: 1, -1.0: 2, 0.0: 0}  # mpdata.cu's edge table: edge * 4 + the tag of the slot's sign
@@ -43,12 +47,17 @@ def choose_levels_per_thread(levels: int, asked: int | None = None) -> int:
     return asked
 
 
+def kernel_shape(levels_per_thread: int, name: str) -> tuple[int, int]:
+    """(blocks per SM, items per thread) of kernel ``name`` (see KERNEL_SHAPES; (1, 1) where not listed)."""
+    return KERNEL_SHAPES.get((levels_per_thread, name), (1, 1))
+
+
 def mpdata_function(name: str, levels_per_thread: int, degree: int) -> Any:
     """Kernel ``gridcomm_mpdata_<name>`` built for ``levels_per_thread`` and a node-to-edge table ``degree``
     slots wide, on the current GPU."""
-    blocks = MIN_BLOCKS_PER_SM.get((levels_per_thread, name), 1)
+    blocks, items = kernel_shape(levels_per_thread, name)
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS_PER_THREAD={levels_per_thread}", f"-DDEGREE={degree}",
-               f"-DMIN_BLOCKS={blocks}")  # fmt: skip
+               f"-DMIN_BLOCKS={blocks}", f"-DPREFETCH={int(items > 1)}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
 
 
@@ -143,7 +152,8 @@ class CudaMpdata:
         lpt = self.levels_per_thread
         items = int(count) * self._levels // lpt
         function = mpdata_function(key[0], lpt, self._degree)
-        self._launches[key] = [(function, math.ceil(items / THREADS), args)] if items else []
+        per_thread = kernel_shape(lpt, key[0])[1]
+        self._launches[key] = [(function, math.ceil(items / (THREADS * per_thread)), args)] if items else []
 
     def _run(self, key: tuple[str, str]) -> None:
         for function, blocks, args in self._launches[key]:

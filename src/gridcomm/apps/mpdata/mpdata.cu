@@ -27,6 +27,9 @@
 #ifndef DEGREE
 #define DEGREE 7
 #endif
+#ifndef PREFETCH
+#define PREFETCH 0  // 1: fetch a thread's next item's table row ahead (for_each_item)
+#endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1  // blocks of THREADS per SM the register allocation must allow (__launch_bounds__)
 #endif
@@ -67,21 +70,6 @@ __device__ __forceinline__ void store(double* __restrict__ p, const Vec& a)
 #endif
 }
 
-// The thread's work item: position `u` in the node list and the offset of its first level in a field.
-struct Item {
-    int u;
-    int level;
-};
-
-__device__ __forceinline__ bool item_of(unsigned int index, unsigned int count, int levels, Item& item)
-{
-    const unsigned int chunks = levels / LPT;
-    if (index >= count * chunks) return false;
-    item.u = index / chunks;
-    item.level = (index - item.u * chunks) * LPT;
-    return true;
-}
-
 __device__ __forceinline__ const double* at(const double* f, long long node, int levels, int level)
 {
     return f + node * levels + level;
@@ -98,29 +86,80 @@ struct Mesh {
     const double* dt_area;    // (n_update,) dt / dual volume, s / m^2
 
     __device__ __forceinline__ long long node(int u) const { return u < n_owned ? u : __ldg(update_nodes + u); }
-    __device__ __forceinline__ int other(int k, int u) const { return __ldg(other_tab + k * pitch + u); }
 };
 #define MESH_ARGS                                                                                                  \
     const int *__restrict__ update_nodes, const int *__restrict__ edge_tab, const int *__restrict__ other_tab, \
         int pitch, int n_owned, const double *__restrict__ dt_area
 #define MESH const Mesh mesh{update_nodes, edge_tab, other_tab, pitch, n_owned, dt_area}
 
-// Slot k of update position u: its local edge and sign.
+// A slot's local edge and sign.
 struct Slot {
     int edge;
     double sign;
 };
 
-__device__ __forceinline__ Slot slot(const Mesh& mesh, int k, int u)
-{
-    const int code = __ldg(mesh.edge_tab + k * mesh.pitch + u), tag = code & 3;
-    return Slot{code >> 2, tag == 1 ? 1.0 : (tag == 2 ? -1.0 : 0.0)};
-}
-
 // Entry i of a list of positions (or edges): the list's `first` + i where it is one contiguous run, else read.
 __device__ __forceinline__ int entry(const int* __restrict__ list, int first, int i)
 {
     return first >= 0 ? first + i : __ldg(list + i);
+}
+
+// A node item's table row: its update position, and each slot's edge code and other node.
+struct NodeRow {
+    int u;
+    int code[DEGREE];
+    int other[DEGREE];
+
+    // Slot k's local edge and sign.
+    __device__ __forceinline__ Slot slot(int k) const
+    {
+        const int tag = code[k] & 3;
+        return Slot{code[k] >> 2, tag == 1 ? 1.0 : (tag == 2 ? -1.0 : 0.0)};
+    }
+};
+
+// The row of entry i of a list of update positions (nodes = nullptr, first = 0: position i itself).
+__device__ __forceinline__ NodeRow node_row(const Mesh& mesh, const int* __restrict__ nodes, int first, int i)
+{
+    NodeRow r;
+    r.u = entry(nodes, first, i);
+#pragma unroll
+    for (int k = 0; k < DEGREE; ++k) {
+        r.code[k] = __ldg(mesh.edge_tab + k * mesh.pitch + r.u);
+        r.other[k] = __ldg(mesh.other_tab + k * mesh.pitch + r.u);
+    }
+    return r;
+}
+
+// An edge item's row: the local edge and its two nodes.
+struct EdgeRow {
+    int e;
+    int i;
+    int j;
+};
+
+// Runs body(row, level) for each of this thread's items: item = (list entry, LPT levels from `level`), the
+// thread's first item its global index, then every gridDim.x * blockDim.x-th (the host launches
+// ITEMS_PER_THREAD items per thread, cuda_kernels.KERNEL_SHAPES). The kernels' loads form chains (list entry,
+// table row, then the fields the row names); with PREFETCH the next item's row is fetched before the current
+// item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
+template <class Row, class Fetch, class Body>
+__device__ __forceinline__ void for_each_item(unsigned int count, int levels, Fetch fetch, Body body)
+{
+    const unsigned long long chunks = levels / LPT, total = count * chunks, stride = gridDim.x * blockDim.x;
+    unsigned long long index = blockIdx.x * blockDim.x + threadIdx.x;
+    if (index >= total) return;
+    Row row = fetch(int(index / chunks));
+    for (;;) {
+        const unsigned long long next = index + stride;
+        const bool more = next < total;
+        Row ahead;
+        if (PREFETCH && more) ahead = fetch(int(next / chunks));
+        body(row, int(index % chunks) * LPT);
+        if (!more) return;
+        index = next;
+        row = PREFETCH ? ahead : fetch(int(index / chunks));
+    }
 }
 
 // (first, second) end of an edge from the node's value and the other end's: the node is first where s > 0.
@@ -135,28 +174,28 @@ KERNEL gridcomm_mpdata_upwind(
     unsigned int count, MESH_ARGS, const double* __restrict__ volume_flux, int levels)
 {
     MESH;
-    Item it;
-    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int u = entry(nodes, first, it.u);
-    const long long node = mesh.node(u);
-    const Vec own = load(at(psi, node, levels, it.level));
-    Vec total;
+    const auto fetch = [&](int i) { return node_row(mesh, nodes, first, i); };
+    for_each_item<NodeRow>(count, levels, fetch, [&](const NodeRow& row, int level) {
+        const long long node = mesh.node(row.u);
+        const Vec own = load(at(psi, node, levels, level));
+        Vec total;
 #pragma unroll
-    for (int k = 0; k < DEGREE; ++k) {
-        const Slot sl = slot(mesh, k, u);
-        const double s = sl.sign, v = __ldg(volume_flux + sl.edge), vp = fmax(v, 0.0), vn = fmin(v, 0.0);
-        const Vec other = load(at(psi, mesh.other(k, u), levels, it.level));
+        for (int k = 0; k < DEGREE; ++k) {
+            const Slot sl = row.slot(k);
+            const double s = sl.sign, v = __ldg(volume_flux + sl.edge), vp = fmax(v, 0.0), vn = fmin(v, 0.0);
+            const Vec other = load(at(psi, row.other[k], levels, level));
 #pragma unroll
-        for (int t = 0; t < LPT; ++t) {
-            const double pi = first_end(s, own.v[t], other.v[t]), pj = second_end(s, own.v[t], other.v[t]);
-            const double term = (vp * pi + vn * pj) * s;
-            total.v[t] = k == 0 ? term : total.v[t] + term;
+            for (int t = 0; t < LPT; ++t) {
+                const double pi = first_end(s, own.v[t], other.v[t]), pj = second_end(s, own.v[t], other.v[t]);
+                const double term = (vp * pi + vn * pj) * s;
+                total.v[t] = k == 0 ? term : total.v[t] + term;
+            }
         }
-    }
-    const double dta = __ldg(mesh.dt_area + u);
+        const double dta = __ldg(mesh.dt_area + row.u);
 #pragma unroll
-    for (int t = 0; t < LPT; ++t) total.v[t] = own.v[t] - dta * total.v[t];
-    store(psi1 + node * levels + it.level, total);
+        for (int t = 0; t < LPT; ++t) total.v[t] = own.v[t] - dta * total.v[t];
+        store(psi1 + node * levels + level, total);
+    });
 }
 
 // Green-Gauss gradient of psi1 on owned nodes (update positions = local nodes 0 .. count), tangent to the
@@ -169,38 +208,39 @@ KERNEL gridcomm_mpdata_gradient(
     long long field_stride, int levels)
 {
     MESH;
-    Item it;
-    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int u = it.u;
-    const Vec own = load(at(psi1, u, levels, it.level));
-    Vec g[3];
+    const auto fetch = [&](int i) { return node_row(mesh, nullptr, 0, i); };
+    for_each_item<NodeRow>(count, levels, fetch, [&](const NodeRow& row, int level) {
+        const int u = row.u;
+        const Vec own = load(at(psi1, u, levels, level));
+        Vec g[3];
 #pragma unroll
-    for (int k = 0; k < DEGREE; ++k) {
-        const Slot sl = slot(mesh, k, u);
-        const Vec other = load(at(psi1, mesh.other(k, u), levels, it.level));
-        const double* n = normals + 3 * (long long)sl.edge;
+        for (int k = 0; k < DEGREE; ++k) {
+            const Slot sl = row.slot(k);
+            const Vec other = load(at(psi1, row.other[k], levels, level));
+            const double* n = normals + 3 * (long long)sl.edge;
 #pragma unroll
-        for (int c = 0; c < 3; ++c) {
-            const double nc = __ldg(n + c) * sl.sign;
+            for (int c = 0; c < 3; ++c) {
+                const double nc = __ldg(n + c) * sl.sign;
 #pragma unroll
-            for (int t = 0; t < LPT; ++t) {
-                const double half_diff = 0.5 * (other.v[t] - own.v[t]);
-                g[c].v[t] = k == 0 ? half_diff * nc : g[c].v[t] + half_diff * nc;
+                for (int t = 0; t < LPT; ++t) {
+                    const double half_diff = 0.5 * (other.v[t] - own.v[t]);
+                    g[c].v[t] = k == 0 ? half_diff * nc : g[c].v[t] + half_diff * nc;
+                }
             }
         }
-    }
-    const double a = __ldg(area + u), r0 = __ldg(radial + 3 * u), r1 = __ldg(radial + 3 * u + 1);
-    const double r2 = __ldg(radial + 3 * u + 2);
+        const double a = __ldg(area + u), r0 = __ldg(radial + 3 * u), r1 = __ldg(radial + 3 * u + 1);
+        const double r2 = __ldg(radial + 3 * u + 2);
 #pragma unroll
-    for (int t = 0; t < LPT; ++t) {
-        const double g0 = g[0].v[t] / a, g1 = g[1].v[t] / a, g2 = g[2].v[t] / a;
-        const double along = g0 * r0 + g1 * r1 + g2 * r2;
-        g[0].v[t] = g0 - along * r0;
-        g[1].v[t] = g1 - along * r1;
-        g[2].v[t] = g2 - along * r2;
-    }
+        for (int t = 0; t < LPT; ++t) {
+            const double g0 = g[0].v[t] / a, g1 = g[1].v[t] / a, g2 = g[2].v[t] / a;
+            const double along = g0 * r0 + g1 * r1 + g2 * r2;
+            g[0].v[t] = g0 - along * r0;
+            g[1].v[t] = g1 - along * r1;
+            g[2].v[t] = g2 - along * r2;
+        }
 #pragma unroll
-    for (int c = 0; c < 3; ++c) store(grad + c * field_stride + (long long)u * levels + it.level, g[c]);
+        for (int c = 0; c < 3; ++c) store(grad + c * field_stride + (long long)u * levels + level, g[c]);
+    });
 }
 
 // The antidiffusive flux of every edge in edges[0 .. count) on every level, flux (n_edges, levels), from |V|, dt V
@@ -215,27 +255,31 @@ KERNEL gridcomm_mpdata_fluxes(
     const double* __restrict__ vabs, const double* __restrict__ vdt, const double* __restrict__ wind0,
     const double* __restrict__ wind1, const double* __restrict__ wind2, long long field_stride, int levels)
 {
-    Item it;
-    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int e = entry(edges, first, it.u);
-    const long long i = __ldg(edge_i + e), j = __ldg(edge_j + e);
+    const auto fetch = [&](int n) {
+        const int e = entry(edges, first, n);
+        return EdgeRow{e, __ldg(edge_i + e), __ldg(edge_j + e)};
+    };
     const double* g1 = grad + field_stride;
     const double* g2 = grad + 2 * field_stride;
-    const Vec pi = load(at(psi1, i, levels, it.level)), pj = load(at(psi1, j, levels, it.level));
-    const Vec g0i = load(at(grad, i, levels, it.level)), g0j = load(at(grad, j, levels, it.level));
-    const Vec g1i = load(at(g1, i, levels, it.level)), g1j = load(at(g1, j, levels, it.level));
-    const Vec g2i = load(at(g2, i, levels, it.level)), g2j = load(at(g2, j, levels, it.level));
-    const double va = __ldg(vabs + e), vd = __ldg(vdt + e), w0 = __ldg(wind0 + e), w1 = __ldg(wind1 + e);
-    const double w2 = __ldg(wind2 + e);
-    Vec out;
+    for_each_item<EdgeRow>(count, levels, fetch, [&](const EdgeRow& row, int level) {
+        const int e = row.e, i = row.i, j = row.j;
+        const Vec pi = load(at(psi1, i, levels, level)), pj = load(at(psi1, j, levels, level));
+        const Vec g0i = load(at(grad, i, levels, level)), g0j = load(at(grad, j, levels, level));
+        const Vec g1i = load(at(g1, i, levels, level)), g1j = load(at(g1, j, levels, level));
+        const Vec g2i = load(at(g2, i, levels, level)), g2j = load(at(g2, j, levels, level));
+        const double va = __ldg(vabs + e), vd = __ldg(vdt + e), w0 = __ldg(wind0 + e), w1 = __ldg(wind1 + e);
+        const double w2 = __ldg(wind2 + e);
+        Vec out;
 #pragma unroll
-    for (int t = 0; t < LPT; ++t) {
-        const double wind_grad =
-            0.5 * (w0 * (g0i.v[t] + g0j.v[t]) + w1 * (g1i.v[t] + g1j.v[t]) + w2 * (g2i.v[t] + g2j.v[t]));
-        const double pseudo = (va * (pj.v[t] - pi.v[t]) - vd * wind_grad) / (fabs(pi.v[t]) + fabs(pj.v[t]) + EPS);
-        out.v[t] = fmax(pseudo, 0.0) * pi.v[t] + fmin(pseudo, 0.0) * pj.v[t];
-    }
-    store(flux + (long long)e * levels + it.level, out);
+        for (int t = 0; t < LPT; ++t) {
+            const double wind_grad =
+                0.5 * (w0 * (g0i.v[t] + g0j.v[t]) + w1 * (g1i.v[t] + g1j.v[t]) + w2 * (g2i.v[t] + g2j.v[t]));
+            const double pseudo =
+                (va * (pj.v[t] - pi.v[t]) - vd * wind_grad) / (fabs(pi.v[t]) + fabs(pj.v[t]) + EPS);
+            out.v[t] = fmax(pseudo, 0.0) * pi.v[t] + fmin(pseudo, 0.0) * pj.v[t];
+        }
+        store(flux + (long long)e * levels + level, out);
+    });
 }
 
 // FCT limiter coefficients of update positions nodes[0 .. count): the bounds of psi and psi1 over the node
@@ -247,44 +291,44 @@ KERNEL gridcomm_mpdata_bounds(
     unsigned int count, MESH_ARGS, int levels)
 {
     MESH;
-    Item it;
-    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int u = entry(nodes, first, it.u);
-    const long long node = mesh.node(u);
-    const Vec p = load(at(psi, node, levels, it.level)), p1 = load(at(psi1, node, levels, it.level));
-    Vec high, low, outflow, inflow;
-#pragma unroll
-    for (int t = 0; t < LPT; ++t) {
-        high.v[t] = fmax(p.v[t], p1.v[t]);
-        low.v[t] = fmin(p.v[t], p1.v[t]);
-        outflow.v[t] = 0.0;
-        inflow.v[t] = 0.0;
-    }
-#pragma unroll
-    for (int k = 0; k < DEGREE; ++k) {
-        const long long o = mesh.other(k, u);
-        const Slot sl = slot(mesh, k, u);
-        const double s = sl.sign;
-        const Vec q = load(at(psi, o, levels, it.level)), q1 = load(at(psi1, o, levels, it.level));
-        const Vec f = load(at(flux, sl.edge, levels, it.level));
+    const auto fetch = [&](int i) { return node_row(mesh, nodes, first, i); };
+    for_each_item<NodeRow>(count, levels, fetch, [&](const NodeRow& row, int level) {
+        const long long node = mesh.node(row.u);
+        const Vec p = load(at(psi, node, levels, level)), p1 = load(at(psi1, node, levels, level));
+        Vec high, low, outflow, inflow;
 #pragma unroll
         for (int t = 0; t < LPT; ++t) {
-            high.v[t] = fmax(high.v[t], fmax(q.v[t], q1.v[t]));
-            low.v[t] = fmin(low.v[t], fmin(q.v[t], q1.v[t]));
-            const double out = f.v[t] * s;
-            outflow.v[t] += fmax(out, 0.0);
-            inflow.v[t] += fmin(out, 0.0);
+            high.v[t] = fmax(p.v[t], p1.v[t]);
+            low.v[t] = fmin(p.v[t], p1.v[t]);
+            outflow.v[t] = 0.0;
+            inflow.v[t] = 0.0;
         }
-    }
-    const double dta = __ldg(mesh.dt_area + u);
-    Vec up, dn;
 #pragma unroll
-    for (int t = 0; t < LPT; ++t) {
-        up.v[t] = (high.v[t] - p1.v[t]) / (dta * -inflow.v[t] + EPS);
-        dn.v[t] = (p1.v[t] - low.v[t]) / (dta * outflow.v[t] + EPS);
-    }
-    store(beta_up + node * levels + it.level, up);
-    store(beta_dn + node * levels + it.level, dn);
+        for (int k = 0; k < DEGREE; ++k) {
+            const long long o = row.other[k];
+            const Slot sl = row.slot(k);
+            const double s = sl.sign;
+            const Vec q = load(at(psi, o, levels, level)), q1 = load(at(psi1, o, levels, level));
+            const Vec f = load(at(flux, sl.edge, levels, level));
+#pragma unroll
+            for (int t = 0; t < LPT; ++t) {
+                high.v[t] = fmax(high.v[t], fmax(q.v[t], q1.v[t]));
+                low.v[t] = fmin(low.v[t], fmin(q.v[t], q1.v[t]));
+                const double out = f.v[t] * s;
+                outflow.v[t] += fmax(out, 0.0);
+                inflow.v[t] += fmin(out, 0.0);
+            }
+        }
+        const double dta = __ldg(mesh.dt_area + row.u);
+        Vec up, dn;
+#pragma unroll
+        for (int t = 0; t < LPT; ++t) {
+            up.v[t] = (high.v[t] - p1.v[t]) / (dta * -inflow.v[t] + EPS);
+            dn.v[t] = (p1.v[t] - low.v[t]) / (dta * outflow.v[t] + EPS);
+        }
+        store(beta_up + node * levels + level, up);
+        store(beta_dn + node * levels + level, dn);
+    });
 }
 
 // The corrective update of owned nodes (update positions = local nodes 0 .. count): psi = psi1 - dt/A sum_k s_k
@@ -296,42 +340,43 @@ KERNEL gridcomm_mpdata_corrective(
     int limit, int levels)
 {
     MESH;
-    Item it;
-    if (!item_of(blockIdx.x * blockDim.x + threadIdx.x, count, levels, it)) return;
-    const int u = it.u;
-    Vec own_up, own_dn;
-    if (limit) {
-        own_up = load(at(beta_up, u, levels, it.level));
-        own_dn = load(at(beta_dn, u, levels, it.level));
-    }
-    Vec total;
-#pragma unroll
-    for (int k = 0; k < DEGREE; ++k) {
-        const Slot sl = slot(mesh, k, u);
-        const double s = sl.sign;
-        Vec f = load(at(flux, sl.edge, levels, it.level));
+    const auto fetch = [&](int i) { return node_row(mesh, nullptr, 0, i); };
+    for_each_item<NodeRow>(count, levels, fetch, [&](const NodeRow& row, int level) {
+        const int u = row.u;
+        Vec own_up, own_dn;
         if (limit) {
-            const long long o = mesh.other(k, u);
-            const Vec other_up = load(at(beta_up, o, levels, it.level)), other_dn = load(at(beta_dn, o, levels, it.level));
+            own_up = load(at(beta_up, u, levels, level));
+            own_dn = load(at(beta_dn, u, levels, level));
+        }
+        Vec total;
+#pragma unroll
+        for (int k = 0; k < DEGREE; ++k) {
+            const Slot sl = row.slot(k);
+            const double s = sl.sign;
+            Vec f = load(at(flux, sl.edge, levels, level));
+            if (limit) {
+                const long long o = row.other[k];
+                const Vec other_up = load(at(beta_up, o, levels, level)), other_dn = load(at(beta_dn, o, levels, level));
+#pragma unroll
+                for (int t = 0; t < LPT; ++t) {
+                    const double up_i = first_end(s, own_up.v[t], other_up.v[t]);
+                    const double up_j = second_end(s, own_up.v[t], other_up.v[t]);
+                    const double dn_i = first_end(s, own_dn.v[t], other_dn.v[t]);
+                    const double dn_j = second_end(s, own_dn.v[t], other_dn.v[t]);
+                    const double scale = f.v[t] >= 0.0 ? fmin(dn_i, up_j) : fmin(up_i, dn_j);
+                    f.v[t] *= fmin(scale, 1.0);
+                }
+            }
 #pragma unroll
             for (int t = 0; t < LPT; ++t) {
-                const double up_i = first_end(s, own_up.v[t], other_up.v[t]);
-                const double up_j = second_end(s, own_up.v[t], other_up.v[t]);
-                const double dn_i = first_end(s, own_dn.v[t], other_dn.v[t]);
-                const double dn_j = second_end(s, own_dn.v[t], other_dn.v[t]);
-                const double scale = f.v[t] >= 0.0 ? fmin(dn_i, up_j) : fmin(up_i, dn_j);
-                f.v[t] *= fmin(scale, 1.0);
+                const double term = f.v[t] * s;
+                total.v[t] = k == 0 ? term : total.v[t] + term;
             }
         }
+        const Vec p1 = load(at(psi1, u, levels, level));
+        const double dta = __ldg(mesh.dt_area + u);
 #pragma unroll
-        for (int t = 0; t < LPT; ++t) {
-            const double term = f.v[t] * s;
-            total.v[t] = k == 0 ? term : total.v[t] + term;
-        }
-    }
-    const Vec p1 = load(at(psi1, u, levels, it.level));
-    const double dta = __ldg(mesh.dt_area + u);
-#pragma unroll
-    for (int t = 0; t < LPT; ++t) total.v[t] = p1.v[t] - dta * total.v[t];
-    store(psi + (long long)u * levels + it.level, total);
+        for (int t = 0; t < LPT; ++t) total.v[t] = p1.v[t] - dta * total.v[t];
+        store(psi + (long long)u * levels + level, total);
+    });
 }
