@@ -1,4 +1,5 @@
-// MPDATA's step on the GPU (apps/mpdata/cuda_kernels.py): four node kernels, each one pass over a list of nodes.
+// MPDATA's step on the GPU (apps/mpdata/cuda_kernels.py): four node kernels and one edge kernel, each one pass over
+// a list of nodes or edges.
 //
 // Fields are C-contiguous (nodes, levels) float64, levels the fast axis. Every node sum runs over the padded
 // node-to-edge table of the update nodes, (degree, pitch) row-major: slot k of update position u holds a local
@@ -139,8 +140,8 @@ struct EdgeRow {
 };
 
 // Runs body(row, level) for each of this thread's items: item = (list entry, LPT levels from `level`), the
-// thread's first item its global index, then every gridDim.x * blockDim.x-th (the host launches
-// ITEMS_PER_THREAD items per thread, cuda_kernels.KERNEL_SHAPES). The kernels' loads form chains (list entry,
+// thread's first item its global index, then every gridDim.x * blockDim.x-th (the host launches the kernel's
+// items per thread of cuda_kernels.KERNEL_SHAPES). The kernels' loads form chains (list entry,
 // table row, then the fields the row names); with PREFETCH the next item's row is fetched before the current
 // item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
 template <class Row, class Fetch, class Body>
