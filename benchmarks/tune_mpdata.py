@@ -51,10 +51,9 @@ def main() -> None:
     tuned = dict(cuda_kernels.KERNEL_SHAPES)
     for levels, lpt, blocks, items in variants:
         # read when the kernels are compiled (each option set is compiled and cached once) and launched
-        cuda_kernels.KERNEL_SHAPES = {
-            (lpt, p): (blocks or tuned.get((lpt, p), (1, 1))[0], items or tuned.get((lpt, p), (1, 1))[1])
-            for p in cuda_kernels.PHASES
-        }
+        cuda_kernels.KERNEL_SHAPES = tuned
+        shapes = {(lpt, p): cuda_kernels.kernel_shape(lpt, p) for p in cuda_kernels.PHASES}
+        cuda_kernels.KERNEL_SHAPES = {key: (blocks or b, items or i) for key, (b, i) in shapes.items()}
         options = {"levels": levels, "hbm": hbm, "gpus": 1, "kernels": True, "levels_per_thread": lpt}
         row = {**benchmark_case(comm, mesh, "none", **options), "min_blocks_per_sm": blocks, "items_per_thread": items}
         rows.append(row)

@@ -23,9 +23,10 @@ LEVELS_PER_THREAD = 2  # the default where the level count is even (see choose_l
 #: levels) each thread computes, fetching its next item's table row while it loads the current item's fields
 #: where that is more than 1 (mpdata.cu's for_each_item, PREFETCH). The fastest on one H200 at O1280 x 32 levels
 #: (benchmarks/tune_mpdata.py): more resident warps hide the gathers' latency (corrective 8.50 ms as compiled,
-#: 5.09 ms at 6 blocks, tune-mpdata-gpu-1r-20261123T193408Z) down to where spills cost more; fetching ahead
-#: takes the corrective pass from 57 to 65 % of the HBM copy and the fluxes from 54 to 55 %, but costs the
-#: others more in registers than it gains (tune-mpdata-gpu-1r-20261124T030258Z).
+#: 5.09 ms at 6 blocks, tune-mpdata-gpu-1r-20261123T193408Z) down to where spills cost more: 4 for every kernel
+#: in the loop over items (corrective 57 -> 65 % of the HBM copy against 6 before). Fetching ahead takes the
+#: fluxes from 50 to 54 % (tune-mpdata-gpu-1r-20261124T030550Z), leaves the corrective pass where it is (64-66 %
+#: either way) and costs the others more in registers than it gains (tune-mpdata-gpu-1r-20261124T030258Z).
 KERNEL_SHAPES: dict[tuple[int, str], tuple[int, int]] = {
     (2, "upwind"): (4, 1),
     (2, "gradient"): (4, 1),
