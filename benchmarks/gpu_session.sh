@@ -50,9 +50,22 @@ cuda.core.__version__, nvshmem.core.get_version())'"
         stage tests-nvshmem 560 $py -m pytest -m gpu -q -rs --timeout=500 --durations=10 -p no:cacheprovider \
           tests/test_gpu.py tests/test_stencil2d.py -k "nvshmem or persistent or gpu_initiated or gpu_side"
         ;;
+      stencil-shmem4)  # the nvshmem and persistent stencil modes on 4 ranks (2 x 2: every side and corner), bitwise
+        stage stencil-shmem4 240 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec(4, [sys.executable, 'tests/mpi_programs/stencil2d_ranks.py', '--gpu', '--modes', \
+'nvshmem,persistent']))"
+        ;;
       bench-stencil2d-shmem1)  # one GPU: the GPU-initiated modes beside traditional and graph, every size
         stage bench-stencil2d-shmem1 300 $py -m gridcomm bench stencil2d --np 1 --samples 5 \
           --modes traditional,graph,nvshmem,persistent --out "$dir/results"
+        ;;
+      probe-waits)  # host waits before and after NVSHMEM starts, 2 ranks: Open MPI's default binding, then gridcomm's launch
+        stage probe-waits-bound 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x PYTHONPATH -x NVSHMEM_DISABLE_NVLS \
+          $py benchmarks/probe_host_waits.py --label openmpi-default --out "$dir/results"
+        stage probe-waits-launcher 120 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py', '--label', 'gridcomm-launch', \
+'--out', '$dir/results']))"
+        stage probe-waits-1rank 120 $py benchmarks/probe_host_waits.py --label one-rank --out "$dir/results"
         ;;
       env)
         stage env 60 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \

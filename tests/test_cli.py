@@ -103,6 +103,24 @@ def test_ranks_share_the_cores_between_their_blas_threads(monkeypatch):
     assert launch.rank_environment(4, {"OMP_NUM_THREADS": "3"}) == {"OMP_NUM_THREADS": "3"}  # the user's choice
 
 
+def test_open_mpi_ranks_are_not_bound_to_one_core(tmp_path):
+    """Open MPI binds 2 ranks to a core each by default; the launcher asks it not to, so a library's polling
+    thread (NVSHMEM's proxy) never shares the one core with the rank's own thread. MPICH binds nothing."""
+    from gridcomm import launch
+
+    fake = {}
+    for name, version in (("ompi", "mpirun (Open MPI) 4.1.6"), ("mpich", "HYDRA build details:")):
+        fake[name] = tmp_path / name
+        fake[name].write_text(f"#!/bin/sh\necho '{version}'\n")
+        fake[name].chmod(0o755)
+    ompi = launch.mpiexec_command(2, ["python3", "x.py"], str(fake["ompi"]))
+    assert (
+        ompi[ompi.index("--bind-to") + 1] == "none" and "--oversubscribe" in ompi and ompi[-2:] == ["python3", "x.py"]
+    )
+    mpich = launch.mpiexec_command(2, ["python3", "x.py"], str(fake["mpich"]))
+    assert mpich == [str(fake["mpich"]), "-n", "2", "python3", "x.py"]
+
+
 def test_bench_spectral_writes_results_and_plot(tmp_path):
     out = gridcomm("bench", "spectral", "--np", "2", "--grids", "O16", "--levels", "2", "--steps", "1",
                    "--out", str(tmp_path))  # fmt: skip

@@ -122,3 +122,16 @@ def test_a_full_symmetric_heap_is_a_device_error_on_every_rank(monkeypatch, comm
     with pytest.raises(DeviceError, match=r"failed on rank\(s\) \[0\].*NVSHMEM_SYMMETRIC_SIZE"):
         shmem.symmetric_array(1 << 20, comm)
     assert freed == [] and shmem.live_allocations() == (0, 0)
+
+
+def test_a_rank_bound_to_one_cpu_is_warned_of_the_proxy_thread(monkeypatch):
+    """NVSHMEM's proxy thread polls without sleeping: a rank bound to one CPU is told how to launch instead."""
+    import warnings
+
+    monkeypatch.setattr(shmem.os, "sched_getaffinity", lambda pid: {5})
+    with pytest.warns(RuntimeWarning, match=r"rank 3 is bound to one CPU \(5\).*--bind-to none"):
+        shmem.warn_if_one_core(3)
+    monkeypatch.setattr(shmem.os, "sched_getaffinity", lambda pid: {0, 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shmem.warn_if_one_core(3)

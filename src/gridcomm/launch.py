@@ -46,7 +46,10 @@ def mpiexec_command(nprocs: int, command: Sequence[str], mpiexec: str | None = N
     launcher = mpiexec or find_mpiexec()
     args = [launcher, "-n", str(nprocs)]
     if _is_open_mpi(launcher):
-        args[1:1] = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+        # Open MPI binds each rank to one core when it starts 2 or fewer; the threads a rank's libraries start
+        # then share that core with it (NVSHMEM's proxy polls without sleeping: every wait of the rank's own
+        # thread then lasted a scheduler tick, 4 ms; docs/nvshmem.md). MPICH binds nothing unless asked.
+        args[1:1] = ["--oversubscribe", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     return args + list(command)
 
 

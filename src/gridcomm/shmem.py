@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +125,24 @@ def initialise(comm: Communicator) -> None:
     uid = nvshmem.core.get_unique_id(empty=comm.rank != 0)
     comm.mpi.Bcast(uid._data.view(np.int8), root=0)  # as nvshmem4py's own "emulated_mpi" start does
     nvshmem.core.init(device=device, uid=uid, rank=comm.rank, nranks=comm.size, initializer_method="uid")
+    warn_if_one_core(comm.rank)
     _STATE["size"] = comm.size
     _STATE["modules"] = {}
     atexit.register(_finalise)
+
+
+def warn_if_one_core(rank: int) -> None:
+    """Warn where this process may run on one CPU only: NVSHMEM's proxy thread polls without sleeping, and on
+    that core every host wait of the rank's own thread lasts a scheduler tick (4 ms measured; docs/nvshmem.md)."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) == 1:
+        warnings.warn(
+            f"rank {rank} is bound to one CPU ({next(iter(cpus))}), which NVSHMEM's polling proxy thread now shares: "
+            "each host wait of the exchange will take milliseconds. Launch with at least 2 cores per rank "
+            "(Open MPI: mpirun --bind-to none, or --map-by slot:PE=2; Slurm: --cpus-per-task=2)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _finalise() -> None:

@@ -2,8 +2,9 @@
 
 ``nvshmem``: per step, a boundary kernel waits for the halos, updates the boundary strips (their edge points are
 stored straight into the neighbours' halos) and signals the neighbours; jacobi2d.cu updates the interior.
-``persistent``: one cooperative kernel runs many steps; its blocks update the block, store the edges into the
-neighbours, sync grid-wide, signal, and wait for the neighbours' signals, with no return to the host.
+``persistent``: one cooperative kernel runs many steps; its blocks update the block and sync grid-wide, and each
+edge point waits for its halo values and sends its own as tagged lines (no fence, no signal), with no return to
+the host.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ SIDES = ((0, -1), (0, 1), (1, -1), (1, 1))
 BOUNDARY_THREADS = 256
 #: The persistent kernel's block: a tile of 32 columns (a warp: coalesced) by 32 rows.
 PERSISTENT_BLOCK = (32, 32)
+#: Bytes of one line of jacobi2d_nvshmem.cu: a float64 halo value with its tag in each half (float32 lines take 8).
+LINE_BYTES = 16
 #: Points each thread of the persistent kernel updates per step, at least where the grid allows: up to n = 64 the
 #: grid is one block, which syncs with a block barrier instead of a grid-wide one.
 POINTS_PER_THREAD = 4
@@ -87,6 +90,8 @@ class ShmemJacobi:
         self.plan = cupy.asarray(np.array(plan, dtype=np.int64))
         self.neighbours = sum(pe >= 0 for pe in neighbours)
         self._signals = shmem.symmetric_array(8 * len(SIDES), comm).view(np.uint64)
+        # The persistent mode's lines: per side and step parity, n edge values with their step's tag, 16 bytes each.
+        self._lines = shmem.symmetric_array(len(SIDES) * 2 * n * LINE_BYTES, comm)
         self._finished = cupy.zeros(1, dtype=np.uint32)
         self._stop = cupy.zeros(1, dtype=np.uint32)
         strip_points = sum(r.points for r in strips)
@@ -103,7 +108,7 @@ class ShmemJacobi:
         self._send_edges(
             (len(SIDES),),
             (BOUNDARY_THREADS,),
-            (self.fields[parity], self.plan, self._signals, np.int64(steps_done), self._finished),
+            (self.fields[parity], self._lines, self.plan, self._signals, np.int64(steps_done), self._finished),
             stream=stream,
         )
 
@@ -136,6 +141,7 @@ class ShmemJacobi:
             (
                 self.fields[parity],
                 self.fields[1 - parity],
+                self._lines,
                 self.plan,
                 self._signals,
                 np.int64(steps_done),
@@ -150,7 +156,8 @@ class ShmemJacobi:
         )
 
     def close(self) -> None:
-        """Collective: free the signals (no kernel may still run)."""
+        """Collective: free the signals and lines (no kernel may still run)."""
         if self._signals is not None:
             shmem.free_symmetric(self._signals)
-            self._signals = None
+            shmem.free_symmetric(self._lines)
+            self._signals = self._lines = None

@@ -23,7 +23,8 @@ Modes (the step is written once against the array module: NumPy on the CPU, CuPy
   boundary kernel waits for the halos, updates the boundary strips while storing their edge points straight into
   the neighbours' halos, and signals them; the interior kernel follows. No exchanger, no host work per step.
 * ``persistent`` (likewise): one cooperative kernel runs all the steps of a ``step(k)`` call, its blocks
-  computing, storing their edges into the neighbours, syncing grid-wide and waiting on the neighbours' signals.
+  computing and syncing grid-wide, each edge point waiting for its halo values and sending its own to the
+  neighbours as tagged lines (jacobi2d_nvshmem.cu).
 """
 
 from __future__ import annotations
