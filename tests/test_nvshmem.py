@@ -135,3 +135,25 @@ def test_a_rank_bound_to_one_cpu_is_warned_of_the_proxy_thread(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         shmem.warn_if_one_core(3)
+
+
+def test_nvshmem_core_is_imported_without_torch(tmp_path, monkeypatch):
+    """nvshmem4py's torch interop imports torch whenever it can (seconds per process); gridcomm imports
+    nvshmem.core with torch kept out, and leaves `import torch` working afterwards."""
+    package = tmp_path / "nvshmem" / "core"
+    package.mkdir(parents=True)
+    (tmp_path / "nvshmem" / "__init__.py").write_text("")
+    (tmp_path / "torch.py").write_text("")  # an importable torch, installed or not
+    (package / "__init__.py").write_text(
+        "try:\n    import torch\n    TORCH = True\nexcept ImportError:\n    TORCH = False\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("nvshmem", "nvshmem.core", "torch"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    core = shmem.nvshmem_core()
+    assert core.TORCH is False and "torch" not in sys.modules  # not imported, and not left blocked
+    assert shmem.nvshmem_core() is core
+    import torch  # noqa: F401  (the stand-in: importable again)
+
+    for name in ("nvshmem", "nvshmem.core", "torch"):
+        sys.modules.pop(name, None)

@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -65,11 +66,27 @@ def cuda_tool(name: str) -> str | None:
     return shutil.which(name) or (str(fallback) if fallback.exists() else None)
 
 
+def nvshmem_core() -> Any:
+    """``nvshmem.core``, imported without importing torch where this process has not imported it: nvshmem4py's
+    torch interop imports torch whenever it can (5-10 s per process on the GPU machines, measured), and gridcomm
+    uses none of it. A later ``import torch`` works as usual; nvshmem4py's own torch helpers then stay off."""
+    if "nvshmem.core" not in sys.modules and "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
+        try:
+            import nvshmem.core
+        finally:
+            if sys.modules.get("torch", 0) is None:
+                del sys.modules["torch"]
+    import nvshmem.core
+
+    return nvshmem.core
+
+
 def unavailable_reason() -> str | None:
     """Why NVSHMEM cannot be used by this process (None when it can): the Python package, the libraries, the
     compiler that links device code against NVSHMEM, a GPU."""
     try:
-        import nvshmem.core  # noqa: F401
+        nvshmem_core()
     except Exception as error:  # ImportError, or a library the package could not load
         return f"nvshmem4py is not importable ({type(error).__name__}: {error}); {INSTALL_HINT}"
     if nvshmem_home() is None:
@@ -117,14 +134,14 @@ def initialise(comm: Communicator) -> None:
     if "size" in _STATE:
         return
     import cupy
-    import nvshmem.core
     from cuda.core import Device
 
+    core = nvshmem_core()
     device = Device(cupy.cuda.Device().id)
     device.set_current()
-    uid = nvshmem.core.get_unique_id(empty=comm.rank != 0)
+    uid = core.get_unique_id(empty=comm.rank != 0)
     comm.mpi.Bcast(uid._data.view(np.int8), root=0)  # as nvshmem4py's own "emulated_mpi" start does
-    nvshmem.core.init(device=device, uid=uid, rank=comm.rank, nranks=comm.size, initializer_method="uid")
+    core.init(device=device, uid=uid, rank=comm.rank, nranks=comm.size, initializer_method="uid")
     warn_if_one_core(comm.rank)
     _STATE["size"] = comm.size
     _STATE["modules"] = {}
@@ -149,10 +166,8 @@ def _finalise() -> None:
     """At exit (before MPI is finalised: atexit runs the latest registration first)."""
     if _STATE.pop("size", None) is None:
         return
-    import nvshmem.core
-
     _STATE.get("modules", {}).clear()
-    nvshmem.core.finalize()
+    nvshmem_core().finalize()
 
 
 def pe_of_ranks(comm: Communicator) -> np.ndarray:

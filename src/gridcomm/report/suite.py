@@ -20,8 +20,11 @@ Expected seconds (``Entry.seconds``, quick and full) are wall time per invocatio
 - Measured since, on 1 H200: the quick suite 74 s (halo 5.3 s, stencil2d with energy about 25 s, mpdata about
   20 s, spectral about 28 s: set-up and first calls, not the steps); the full suite 273 s (halo 16.3, stencil2d
   57.8, mpdata O1024 133.6, TCo639 65.3 s). The several-GPU figures are these scaled, not measured.
+- On 1 H100 (2026-11-24), after the cuFFT plans were made on 8 threads and nvshmem4py stopped pulling in torch
+  (5-10 s per process that checks for NVSHMEM): the quick suite 71 s (halo 11.3 s with the first process's
+  font cache, stencil2d 27.5, mpdata 25.0, spectral 6.8 s; 92 s and spectral 33.5 s just before).
 
-Sums: quick about 108 s on 2 GPUs, 83 s on 1 GPU, 9 s on 2 cores; full about 503 s on 2 GPUs, 275 s on
+Sums: quick about 87 s on 2 GPUs, 62 s on 1 GPU, 9 s on 2 cores; full about 503 s on 2 GPUs, 275 s on
 1 GPU, 42 s on 2 cores; where MPI is CUDA-aware, mpdata and spectral time it too (about 7 s more quick, 30 s full).
 The report lists each invocation's expected and measured seconds.
 
@@ -84,9 +87,9 @@ SUITE: tuple[Entry, ...] = (
           (*_MPDATA_FULL, "--transports", "ipc,nccl,staged{mpi},host"), (20, 125)),
     # 1 GPU beside N: the speed-up (the seed's Figure 18) and the no-exchange step; full suite only (time).
     Entry("mpdata-1gpu", "mpdata", (GPUS,), 1, None, (*_MPDATA_FULL, "--transports", "none,ipc"), (0, 65)),
-    Entry("spectral", "spectral", (ONE_GPU,), 1, _SPECTRAL_QUICK, _TCO639, (28, 65)),
+    Entry("spectral", "spectral", (ONE_GPU,), 1, _SPECTRAL_QUICK, _TCO639, (7, 65)),
     Entry("spectral", "spectral", (GPUS,), None, (*_SPECTRAL_QUICK, "--transports", "staged,nccl,ipc{mpi}"),
-          (*_TCO639, "--transports", "staged,nccl,ipc{mpi}"), (35, 100)),
+          (*_TCO639, "--transports", "staged,nccl,ipc{mpi}"), (14, 100)),
 )  # fmt: skip
 
 

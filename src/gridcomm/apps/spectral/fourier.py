@@ -22,6 +22,7 @@ direction, 16.5 % of the HBM copy bandwidth for the fewest bytes the phase must 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import itertools
@@ -43,6 +44,9 @@ THREADS = 256  # per block: 32 x 8
 BATCH_PER_BLOCK = 4  # fields a block does in turn (its index loads then hit L1)
 #: Plans kept per batch size seen (a transform usually sees one): cuFFT plans hold work areas on the device.
 _BATCHES_KEPT = 2
+#: Threads that make a transform's cuFFT plans, one per row length and direction, at its first run: cuFFT takes
+#: about 20 ms to plan each of the awkward lengths (640 plans for O320 took 13 s one after another).
+PLAN_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -252,11 +256,21 @@ class RowFFTs:
         source_field, target_field = source.shape[1], target.shape[1]
         sign = cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD
 
+        missing = sorted({n for n in self.rows.lengths.tolist() if (n, direction) not in plans})
+        if missing:
+            device = self.xp.cuda.Device().id  # current device is per thread in CuPy
+
+            def make(n: int) -> tuple[int, Any]:
+                with self.xp.cuda.Device(device):
+                    return n, _cufft_plan(n, inverse, batch, source_field, target_field)
+
+            with concurrent.futures.ThreadPoolExecutor(min(PLAN_THREADS, len(missing))) as pool:
+                plans.update(((n, direction), plan) for n, plan in pool.map(make, missing))
+
         def run(n: int, source_offset: int, target_offset: int) -> None:
-            plan = plans.get((n, direction))
-            if plan is None:
-                plan = plans[n, direction] = _cufft_plan(n, inverse, batch, source_field, target_field)
-            plan.fft(_At(source_at + source_offset * source_size), _At(target_at + target_offset * target_size), sign)
+            plans[n, direction].fft(
+                _At(source_at + source_offset * source_size), _At(target_at + target_offset * target_size), sign
+            )
 
         return run
 
