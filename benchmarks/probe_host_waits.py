@@ -11,7 +11,7 @@ hands the core to the proxy until the scheduler's next tick.
     mpirun -np 2 python3 benchmarks/probe_host_waits.py --out DIR [--label NAME]
 
 Run it as it is launched in the gpu_session.sh stage (with and without the launcher's binding); writes
-DIR/probe-host-waits-gpu-<ranks>r[-NAME]-<time>.json and prints one line per rank and phase.
+DIR/probe-host-waits[-NAME]-gpu-<ranks>r-<time>.json and prints one line per rank and phase.
 """
 
 from __future__ import annotations

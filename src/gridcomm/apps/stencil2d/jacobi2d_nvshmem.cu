@@ -190,7 +190,7 @@ __device__ __forceinline__ bool update_taking_lines(const T* __restrict__ u, T* 
     }
     const T value = jacobi_sum<T>(u[c], near[UP], near[DOWN], near[LEFT], near[RIGHT], fifth);
     v[c] = value;
-    send<T>(r, value, i, j, n, pitch, step);
+    if (arrived) send<T>(r, value, i, j, n, pitch, step);  // never a tagged value made from a halo that did not come
     return arrived;
 }
 
