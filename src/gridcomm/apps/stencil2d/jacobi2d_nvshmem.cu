@@ -364,10 +364,12 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
     const bool leader = threadIdx.x == 0 && threadIdx.y == 0;
     __shared__ Remote<T> remote[2];
     __shared__ Edges edges;
+    __shared__ bool gave_up;  // a wait of this block gave up: all a one-block grid needs to read after its barrier
     if (leader) {
         remote[0] = remote_fields<T>(b, lines, plan);  // step first + 1 writes b
         remote[1] = remote_fields<T>(a, lines, plan);
         edges = edges_by_line<T>(remote[0], plan);  // which sides come in lines does not depend on the field
+        gave_up = false;
     }
     __syncthreads();
     const int row0 = edges.inner[0], row1 = edges.inner[1], col0 = edges.inner[2], col1 = edges.inner[3];
@@ -383,14 +385,19 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
         T* v = (s & 1) ? a : b;
         const Remote<T>& r = remote[s & 1];
         if (r.signals) {
-            if (leader && !halos_arrived(plan, r, signals, step, limit_ns, error)) atomicExch(stop, 1u);
+            if (leader && !halos_arrived(plan, r, signals, step, limit_ns, error)) {
+                atomicExch(stop, 1u);
+                gave_up = true;
+            }
             __syncthreads();
         }
         for (int p = thread; p < edge_points; p += threads) {
             int i, j;
             edges.point(p, i, j);
-            if (!update_taking_lines<T>(u, v, lines, r, plan, i, j, n, pitch, fifth, step, limit_ns, error, stop))
+            if (!update_taking_lines<T>(u, v, lines, r, plan, i, j, n, pitch, fifth, step, limit_ns, error, stop)) {
                 atomicExch(stop, 1u);
+                gave_up = true;
+            }
         }
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             const int i = row0 + (t / tiles_across) * tile_rows + threadIdx.y;
@@ -400,11 +407,17 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
                 v[c] = jacobi_point<T>(u, c, pitch, fifth);  // its edge goes by puts after the sync, if at all
             }
         }
-        if (gridDim.x == 1)
+        // Every block sees a wait that gave up after the same sync; one block reads its own flag in shared memory,
+        // not the global one (a load from L2 on every step's critical path).
+        bool stopped;
+        if (gridDim.x == 1) {
             __syncthreads();
-        else
+            stopped = gave_up;
+        } else {
             grid.sync();
-        if (*reinterpret_cast<volatile unsigned int*>(stop)) break;  // every block sees it after the same sync
+            stopped = *reinterpret_cast<volatile unsigned int*>(stop) != 0;
+        }
+        if (stopped) break;
         if (leader && blockIdx.x == 0 && r.signals) deliver<T>(v, plan, r, signals, static_cast<uint64_t>(step + 1));
     }
 }
