@@ -30,6 +30,18 @@ def test_info_names_the_transports_and_the_auto_choice():
     assert "auto picks" in out and "(fastest first)" in out
 
 
+def test_info_warns_of_ranks_bound_to_one_cpu():
+    """A rank bound to one CPU shares it with its libraries' threads (NVSHMEM's proxy polls without sleeping):
+    gridcomm info says which ranks and how to launch instead."""
+    from conftest import MPIEXEC, run_mpi
+    from gridcomm import launch
+
+    if MPIEXEC is None or launch._is_open_mpi(MPIEXEC):
+        pytest.skip("binds ranks with MPICH's hydra (-bind-to core); gridcomm's Open MPI launch binds nothing")
+    rc, out = run_mpi(2, ["-m", "gridcomm", "info"], timeout=120, launcher_args=("-bind-to", "core"))
+    assert rc == 0 and "CPUs per rank" in out and "bound to one CPU" in out and "--bind-to none" in out, out
+
+
 def test_demo_on_four_ranks_is_verified():
     out = gridcomm("demo", "--np", "4")
     assert "4 ranks on process grid" in out and out.rstrip().endswith("OK")

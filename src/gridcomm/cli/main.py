@@ -48,6 +48,20 @@ def info() -> None:
     except FileNotFoundError as error:
         table.add_row("mpiexec", f"[red]{error}")
     table.add_row("ranks in this run", str(comm.size))
+    cpus = comm.mpi.allgather(len(os.sched_getaffinity(0)))
+    alone = [r for r, n in enumerate(cpus) if n == 1]
+    table.add_row(
+        "CPUs per rank",
+        f"{min(cpus)}-{max(cpus)}" if min(cpus) != max(cpus) else str(cpus[0]),
+    )
+    if alone:
+        table.add_row(
+            "  bound to one CPU",
+            escape(
+                f"ranks {alone}: library threads (NVSHMEM's proxy polls without sleeping) share that CPU, and host "
+                "waits can take a scheduler tick; launch with mpirun --bind-to none, or 2 cores per rank"
+            ),
+        )
     found = gpus()
     table.add_row("GPUs (NVML)", ", ".join(f"{g['index']}: {g['name']} {g['memory_GiB']} GiB" for g in found) or "none")
     cupy = _version("cupy-cuda13x") or _version("cupy")
