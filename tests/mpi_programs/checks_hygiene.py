@@ -609,11 +609,20 @@ def _communicator(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
     return Communicator(comm.mpi), lambda c: c.mpi.Barrier()
 
 
+def _persistent_stencil(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
+    """The persistent mode: symmetric fields, signals and lines (gridcomm.shmem's count of live allocations)."""
+    from gridcomm.apps.stencil2d import Stencil2D
+
+    return Stencil2D(comm, 8, xp="cupy", mode="persistent"), lambda s: s.step(2)
+
+
 HOLDERS: dict[str, Callable[[Communicator], tuple[Any, Callable[[Any], Any]]]] = {
     "DistributedTransform": _transform,
     "Stencil2D": _stencil,
     "Communicator": _communicator,
 }
+if ON_GPU and gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem] installed
+    HOLDERS["Stencil2D persistent"] = _persistent_stencil
 
 
 def holder_problems(name: str, obj: Any, use: Callable[[Any], Any], alive: weakref.WeakSet) -> list[str]:
