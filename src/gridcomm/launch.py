@@ -70,6 +70,12 @@ def with_abort_on_error(command: Sequence[str]) -> list[str]:
     return command
 
 
+#: What to do for a rank bound to one CPU, whose libraries' threads (NVSHMEM's polling proxy) then share it.
+ONE_CPU_ADVICE = (
+    "launch with at least 2 cores per rank (Open MPI: mpirun --bind-to none, or --map-by slot:PE=2; "
+    "Slurm: --cpus-per-task=2)"
+)
+
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

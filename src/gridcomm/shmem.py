@@ -32,6 +32,7 @@ import numpy as np
 from .comm import Communicator, raise_if_any
 from .errors import DeviceError, TransportError
 from .gpu import gpu_count
+from .launch import ONE_CPU_ADVICE
 
 #: What to install for the nvshmem transport and the stencil2d modes that use NVSHMEM.
 INSTALL_HINT = "pip install 'gridcomm[nvshmem]' (nvshmem4py-cu13 and the NVSHMEM libraries)"
@@ -155,8 +156,7 @@ def warn_if_one_core(rank: int) -> None:
     if len(cpus) == 1:
         warnings.warn(
             f"rank {rank} is bound to one CPU ({next(iter(cpus))}), which NVSHMEM's polling proxy thread now shares: "
-            "each host wait of the exchange will take milliseconds. Launch with at least 2 cores per rank "
-            "(Open MPI: mpirun --bind-to none, or --map-by slot:PE=2; Slurm: --cpus-per-task=2)",
+            f"each host wait of the exchange will take milliseconds; {ONE_CPU_ADVICE}",
             RuntimeWarning,
             stacklevel=3,
         )

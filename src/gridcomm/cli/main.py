@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import __version__
-from ..launch import find_mpiexec, run_under_mpiexec, under_launcher
+from ..launch import ONE_CPU_ADVICE, find_mpiexec, run_under_mpiexec, under_launcher
 from .apps import APPS, apps_app
 from .bench import bench_app
 from .common import NpOption, console, ranks_or_relaunch
@@ -59,7 +59,7 @@ def info() -> None:
             "  bound to one CPU",
             escape(
                 f"ranks {alone}: library threads (NVSHMEM's proxy polls without sleeping) share that CPU, and host "
-                "waits can take a scheduler tick; launch with mpirun --bind-to none, or 2 cores per rank"
+                f"waits can take a scheduler tick; {ONE_CPU_ADVICE}"
             ),
         )
     found = gpus()

@@ -162,7 +162,9 @@ class RowFFTs:
             raise ValueError(f"fft_streams = {streams}: give at least 1")
         self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(streams)] if self.on_gpu and streams > 1 else []
         # Rows of one length share a cuFFT plan and its work area, so they share a lane (run one after another).
-        self._lane_of = np.unique(rows.lengths, return_inverse=True)[1].reshape(-1).tolist()
+        lengths, lane_of = np.unique(rows.lengths, return_inverse=True)
+        self._lane_of = lane_of.reshape(-1).tolist()
+        self._lengths = lengths.tolist()  # each row length once: a cuFFT plan per length and direction
         self._bin_offsets = xp.asarray(rows.bin_offsets) if self.on_gpu else None
         self._widest_bins = int(np.max(rows.lengths, initial=0)) // 2 + 1  # the fold kernel's tiles span these
         self._plans: dict[int, dict[tuple[int, str], Any]] = {}  # batch -> (length, direction) -> cuFFT plan
@@ -256,7 +258,7 @@ class RowFFTs:
         source_field, target_field = source.shape[1], target.shape[1]
         sign = cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD
 
-        missing = sorted({n for n in self.rows.lengths.tolist() if (n, direction) not in plans})
+        missing = [n for n in self._lengths if (n, direction) not in plans]
         if missing:
             device = self.xp.cuda.Device().id  # current device is per thread in CuPy
 
