@@ -102,9 +102,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       tests-mpdata)  # MPDATA's GPU suite only
         stage tests-mpdata 400 $py -m pytest -m gpu -q -rs --timeout=380 -p no:cacheprovider tests/test_mpdata_gpu.py
         ;;
-      tune-mpdata)  # variants in TUNE_MPDATA (tune_mpdata.py's options; default: blocks per SM)
-        stage tune-mpdata 400 $py benchmarks/tune_mpdata.py --grid O1280 --levels 32 --per-thread 2 \
-          ${TUNE_MPDATA:---min-blocks 0,1,5} --out "$dir/results" ;;
+      tune-mpdata)  # each kernel in every shape, then the step: tune_mpdata.py's options in TUNE_MPDATA
+        stage tune-mpdata 540 $py benchmarks/tune_mpdata.py --grid O1280 --levels 32 ${TUNE_MPDATA:-} \
+          --out "$dir/results" ;;
       profile-mpdata)  # the five kernels of one step under Nsight Compute (clocks left alone), O640 x 32 levels
         stage profile-mpdata 300 ncu --clock-control none --kernel-name regex:gridcomm_mpdata --launch-skip 5 \
           --launch-count 5 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \

@@ -17,7 +17,14 @@ import pytest
 from conftest import run_mpi
 from gpu_support import gpu_count, needs_gpus
 from gridcomm.apps.mpdata import MeshTables, node_edge_table, setup_mpdata
-from gridcomm.apps.mpdata.cuda_kernels import edge_codes, run_start
+from gridcomm.apps.mpdata.cuda_kernels import (
+    KernelShape,
+    common_degree,
+    edge_codes,
+    kernel_shape,
+    run_start,
+    slot_table,
+)
 from gridcomm.bench.mpdata import kernel_bytes
 from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
 
@@ -206,3 +213,34 @@ def test_run_start_finds_one_contiguous_run_only():
     assert run_start(np.array([1, 2, 4])) == -1
     assert run_start(np.array([2, 1, 0, 3])) == -1  # same span, not ascending
     assert run_start(np.array([], int)) == -1
+
+
+def test_slot_table_pairs_each_slots_code_with_its_other_node_in_whole_16_byte_rows():
+    edge_tab = np.array([[0, 5], [7, 5], [2, 5]])
+    sign_tab = np.array([[1.0, -1.0], [-1.0, 0.0], [1.0, 0.0]])
+    other_tab = np.array([[3, 1], [4, 1], [6, 1]])
+    table = slot_table(edge_tab, sign_tab, other_tab)
+    assert table.shape == (2, 4, 2) and table.dtype == np.int32 and table.nbytes % (2 * 16) == 0
+    assert (table[:, :3, 0] == edge_codes(edge_tab, sign_tab).T).all()
+    assert (table[:, :3, 1] == other_tab.T).all()
+    assert (table[:, 3] == 0).all(), "the slot that rounds a row up to even is padding"
+
+
+def test_common_degree_covers_nearly_every_node():
+    signs = np.zeros((7, 1000))
+    signs[:6] = 1.0
+    signs[6, :5] = -1.0  # 5 nodes of 1000 have a 7th edge
+    assert common_degree(signs) == 6
+    signs[6, :20] = -1.0  # 2 %: the 7th slot is common
+    assert common_degree(signs) == 7
+    signs[5, 500:] = 0.0  # half the nodes have 5 edges: 6 still covers 98 %
+    assert common_degree(signs, share=0.97) == 6
+    assert common_degree(np.zeros((0, 0))) == 1
+
+
+def test_kernel_shape_halves_levels_per_thread_until_it_divides_the_levels():
+    assert kernel_shape("upwind", 32, 4).levels_per_thread == 4
+    assert kernel_shape("upwind", 6, 4).levels_per_thread == 2
+    assert kernel_shape("bounds", 3).levels_per_thread == 1
+    shape = kernel_shape("fluxes", 32)
+    assert isinstance(shape, KernelShape) and shape.blocks_per_sm >= 1 and shape.items_per_thread >= 1

@@ -11,6 +11,7 @@ over its time.
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from typing import Any
 
 import numpy as np
@@ -183,7 +184,7 @@ def benchmark_case(
         "transport_used": solver.transport,
         "graphs": graphs,
         "fct": fct,
-        "levels_per_thread": solver.kernels.levels_per_thread,
+        "kernel_shapes": {name: astuple(shape) for name, shape in solver.kernels.shapes.items()},
         "owned_per_rank": comm.mpi.allgather(s.local.n_owned),
         "halo_per_rank": comm.mpi.allgather(s.local.n_halo),
         "time_per_step_s": step_s,

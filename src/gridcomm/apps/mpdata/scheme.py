@@ -102,7 +102,8 @@ class Mpdata:
         xp: ``numpy`` (CPU) or ``cupy`` (the current GPU), or the module's name.
         graphs: GPU only: capture one step, both exchanges included, in a CUDA graph and replay it each step
             (the exchangers' transport must be graph-capturable: ipc or nccl).
-        levels_per_thread: GPU only: levels one CUDA thread computes (1, 2 or 4; default 2 where it divides).
+        levels_per_thread: GPU only: levels every CUDA thread computes (1, 2 or 4, dividing ``levels``), in
+            place of each kernel's own (``cuda_kernels.KERNEL_SHAPES``).
     """
 
     def __init__(
