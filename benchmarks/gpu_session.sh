@@ -108,7 +108,8 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       profile-mpdata)  # the five kernels of one step under Nsight Compute (clocks left alone), O640 x 32 levels
         stage profile-mpdata 300 ncu --clock-control none --kernel-name regex:gridcomm_mpdata --launch-skip 5 \
           --launch-count 5 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-          --section LaunchStats --section WarpStateStats --section SchedulerStats \
+          --section LaunchStats --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --section InstructionStats --print-details all \
           --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,l1tex__t_sector_hit_rate.pct \
           $py benchmarks/profile_mpdata.py O640 32
         ;;

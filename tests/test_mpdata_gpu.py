@@ -19,10 +19,9 @@ from gpu_support import gpu_count, needs_gpus
 from gridcomm.apps.mpdata import MeshTables, node_edge_table, setup_mpdata
 from gridcomm.apps.mpdata.cuda_kernels import (
     KernelShape,
-    common_width,
+    common_degree,
     edge_codes,
     kernel_shape,
-    out_edge_table,
     run_start,
     slot_table,
 )
@@ -227,27 +226,16 @@ def test_slot_table_pairs_each_slots_code_with_its_other_node_in_whole_16_byte_r
     assert (table[:, 3] == 0).all(), "the slot that rounds a row up to even is padding"
 
 
-def test_common_width_covers_nearly_every_row():
-    counts = np.full(1000, 6)
-    counts[:5] = 7  # 5 nodes of 1000 have a 7th edge
-    assert common_width(counts) == 6
-    counts[:20] = 7  # 2 %: the 7th slot is common
-    assert common_width(counts) == 7
-    counts[500:] = 5  # half the nodes have 5 edges: 6 slots still cover 98 %
-    assert common_width(counts, share=0.97) == 6
-    assert common_width(np.array([], int)) == 1
-
-
-def test_out_edge_table_groups_edges_by_first_end_and_pads_with_the_first_slot():
-    edge_i = np.array([4, 1, 4, 2, 4, 1])
-    edge_j = np.array([5, 3, 6, 0, 7, 9])
-    firsts, table = out_edge_table(np.array([0, 1, 2, 3, 5]), edge_i, edge_j, width=3)
-    assert (firsts == [1, 2, 4]).all() and table.shape == (3, 4, 2) and table.dtype == np.int32
-    assert table[0].tolist() == [[1, 3], [5, 9], [1, 3], [1, 3]], "edges ascending, padding repeats slot 0"
-    assert table[1].tolist() == [[3, 0]] * 4
-    assert table[2].tolist() == [[0, 5], [2, 6], [0, 5], [0, 5]], "edge 4 is not in the list"
-    firsts, table = out_edge_table(np.array([], int), edge_i, edge_j, width=2)
-    assert firsts.shape == (0,) and table.shape == (0, 2, 2)
+def test_common_degree_covers_nearly_every_node():
+    signs = np.zeros((7, 1000))
+    signs[:6] = 1.0
+    signs[6, :5] = -1.0  # 5 nodes of 1000 have a 7th edge
+    assert common_degree(signs) == 6
+    signs[6, :20] = -1.0  # 2 %: the 7th slot is common
+    assert common_degree(signs) == 7
+    signs[5, 500:] = 0.0  # half the nodes have 5 edges: 6 still covers 98 %
+    assert common_degree(signs, share=0.97) == 6
+    assert common_degree(np.zeros((0, 0))) == 1
 
 
 def test_kernel_shape_halves_levels_per_thread_until_it_divides_the_levels():

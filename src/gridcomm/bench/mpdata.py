@@ -59,11 +59,8 @@ def kernel_bytes(t: MeshTables, phase: str, positions: np.ndarray, limit: bool =
         return 0
     levels, degree = t.levels, t.degree
     listed = 0 if run_start(positions) >= 0 else n * index
-    if phase == "fluxes":  # psi1 and grad (3) at the edges' ends; one flux per edge out; its first ends listed,
-        # each edge and its second end, |V|, dt V, wind (3)
+    if phase == "fluxes":  # psi1 and grad (3) at the edges' ends; one flux per edge out; ends, |V|, dt V, wind (3)
         ends = _count(np.concatenate([t.edge_i[positions], t.edge_j[positions]]), t.n_local)
-        firsts = np.unique(t.edge_i[positions])
-        listed = 0 if run_start(firsts) >= 0 else len(firsts) * index
         return value * (4 * ends + n) * levels + listed + n * (2 * index + 5 * value)
     near, edges = _neighbourhood(t, positions), _edges(t, positions)
     halo_positions = int(np.count_nonzero(positions >= t.n_owned))

@@ -20,7 +20,7 @@ SOURCE = "mpdata.cu"
 THREADS = 256  # per block (mpdata.cu's THREADS)
 PHASES = ("upwind", "gradient", "fluxes", "bounds", "corrective")
 SIGN_TAGS = {1.0: 1, -1.0: 2, 0.0: 0}  # mpdata.cu's edge table: edge * 4 + the tag of the slot's sign
-COMMON_SHARE = 0.99  # table rows whose slots all lie among those that every row runs (common_width)
+COMMON_SHARE = 0.99  # nodes whose edges all lie in the slots that every node runs (common_degree)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ KERNEL_SHAPES: dict[str, KernelShape] = {
     "gradient": KernelShape(2, 4, 1),
     "fluxes": KernelShape(2, 4, 4),
     "bounds": KernelShape(2, 4, 1),
-    "corrective": KernelShape(4, 3, 4),
+    "corrective": KernelShape(4, 3, 1),
 }
 
 
@@ -63,37 +63,26 @@ def kernel_shape(name: str, levels: int, levels_per_thread: int | None = None) -
     return replace(shape, levels_per_thread=lpt)
 
 
-def mpdata_function(name: str, shape: KernelShape, levels: int, widths: dict[str, int]) -> Any:
-    """Kernel ``gridcomm_mpdata_<name>`` built for ``shape``, fields of ``levels`` levels and the tables' widths
-    (mpdata.cu's DEGREE, COMMON_DEGREE, OUT_DEGREE, COMMON_OUT), on the current GPU."""
+def mpdata_function(name: str, shape: KernelShape, levels: int, degree: int, common_degree: int) -> Any:
+    """Kernel ``gridcomm_mpdata_<name>`` built for ``shape``, fields of ``levels`` levels and a node-to-edge
+    table ``degree`` slots wide whose first ``common_degree`` slots every node runs (see :func:`common_degree`),
+    on the current GPU."""
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS={levels}", f"-DLEVELS_PER_THREAD={shape.levels_per_thread}",
-               f"-DMIN_BLOCKS={shape.blocks_per_sm}", f"-DPREFETCH={int(shape.items_per_thread > 1)}",
-               *(f"-D{name}={width}" for name, width in sorted(widths.items())))  # fmt: skip
+               f"-DDEGREE={degree}", f"-DCOMMON_DEGREE={common_degree}", f"-DMIN_BLOCKS={shape.blocks_per_sm}",
+               f"-DPREFETCH={int(shape.items_per_thread > 1)}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
 
 
-def common_width(counts: np.ndarray, share: float = COMMON_SHARE) -> int:
-    """The fewest leading slots of a padded table whose rows use ``counts`` slots each that hold every slot of
-    at least ``share`` of the rows: the kernels run those slots for every row and the rest only where in use
-    (6 of the node-to-edge table's 7 on the octahedral mesh, where a few nodes have 7 edges and nearly all 6)."""
-    if not len(counts):
-        return 1
-    covered = np.cumsum(np.bincount(counts)) / len(counts)
+def common_degree(sign_tab: np.ndarray, share: float = COMMON_SHARE) -> int:
+    """The fewest leading slots of the node-to-edge table (D, n) that hold every edge of at least ``share`` of
+    the nodes: the kernels run those slots for every node and the rest only where a node has that edge (6 of 7
+    on the octahedral mesh, where a few nodes have 7 edges and nearly all have 6)."""
+    width = len(sign_tab)
+    if width == 0 or sign_tab.shape[1] == 0:
+        return max(width, 1)
+    degrees = np.count_nonzero(sign_tab, axis=0)
+    covered = np.cumsum(np.bincount(degrees, minlength=width + 1)) / len(degrees)
     return max(int(np.argmax(covered >= share)), 1)
-
-
-def out_edge_table(edges: np.ndarray, edge_i: np.ndarray, edge_j: np.ndarray, width: int) -> tuple[np.ndarray, ...]:
-    """``edges`` grouped by their first end, as the fluxes kernel reads them: the first ends (ascending), and
-    (len(first ends), W, 2) int32 of each one's edges (ascending) and their second ends, W = ``width`` rounded
-    up to even. A row's unused slots repeat its first slot (the kernel skips them, or stores the same flux twice)."""
-    e = edges[np.lexsort((edges, edge_i[edges]))]
-    firsts, starts, counts = np.unique(edge_i[e], return_index=True, return_counts=True)
-    table = np.empty((len(firsts), width + width % 2, 2), np.int32)
-    table[:, :, 0] = e[starts, None]
-    table[:, :, 1] = edge_j[e[starts], None]
-    row, slot = np.repeat(np.arange(len(firsts)), counts), np.arange(len(e)) - np.repeat(starts, counts)
-    table[row, slot, 0], table[row, slot, 1] = e, edge_j[e]
-    return firsts, table
 
 
 def edge_codes(edge_tab: np.ndarray, sign_tab: np.ndarray) -> np.ndarray:
@@ -155,16 +144,8 @@ class CudaMpdata:
             check_levels_per_thread(t.levels, levels_per_thread)
         self.shapes = {name: kernel_shape(name, t.levels, levels_per_thread) for name in PHASES}
         self.shapes.update(shapes or {})
-        self._levels = t.levels
-        out_degrees = np.bincount(t.edge_i, minlength=t.n_local)
-        self.widths = {  # compiled into every kernel (mpdata.cu)
-            "DEGREE": t.degree,
-            "COMMON_DEGREE": min(common_width(np.count_nonzero(t.sign_tab, axis=0)), t.degree),
-            "OUT_DEGREE": max(int(out_degrees.max(initial=1)), 1),
-            "COMMON_OUT": common_width(out_degrees[out_degrees > 0]),
-        }
-        outs = {part: out_edge_table(es, t.edge_i, t.edge_j, self.widths["OUT_DEGREE"])
-                for part, es in ((INNER, t.inner_edges), (OUTER, t.outer_edges))}  # fmt: skip
+        self._degree, self._levels = t.degree, t.levels
+        self.common_degree = common_degree(t.sign_tab)
         up = cupy.asarray
 
         def i32(a: np.ndarray) -> Any:
@@ -186,22 +167,21 @@ class CudaMpdata:
             "xyz": f64(t.xyz),
             INNER: i32(t.inner),
             OUTER: i32(t.outer),
-            "firsts": {part: i32(firsts) for part, (firsts, _) in outs.items()},
-            "out_slots": {part: i32(table) for part, (_, table) in outs.items()},
+            "edges": {INNER: i32(t.inner_edges), OUTER: i32(t.outer_edges)},
+            "ends": i32(np.column_stack([t.edge_i, t.edge_j])),
         }
         no = t.n_owned
         mesh = (a["update_nodes"], a["slots"], np.int32(no), a["dt_area"])
         stride = np.int64(t.n_local * t.levels)
         self._launches: dict[tuple[str, str], list[tuple[Any, int, tuple[Any, ...]]]] = {}
         self._work: dict[tuple[str, str], tuple[int, tuple[Any, ...]]] = {}
-        for part, node_list in ((INNER, t.inner), (OUTER, t.outer)):
-            nodes, firsts = (a[part], np.int32(run_start(node_list))), outs[part][0]
-            count, first_count = np.uint32(len(node_list)), np.uint32(len(firsts))
+        for part, node_list, edge_list in ((INNER, t.inner, t.inner_edges), (OUTER, t.outer, t.outer_edges)):
+            nodes, edges = (a[part], np.int32(run_start(node_list))), (a["edges"][part], np.int32(run_start(edge_list)))
+            count, edge_count = np.uint32(len(node_list)), np.uint32(len(edge_list))
             upwind = (f.psi, f.psi1, *nodes, count, *mesh, a["volume_flux"])
             self._add(("upwind", part), count, upwind)
-            fluxes = (f.psi1, f.grad, f.flux, a["firsts"][part], np.int32(run_start(firsts)), first_count,
-                      a["out_slots"][part], a["coefficients"], stride)  # fmt: skip
-            self._add(("fluxes", part), first_count, fluxes)
+            fluxes = (f.psi1, f.grad, f.flux, *edges, edge_count, a["ends"], a["coefficients"], stride)
+            self._add(("fluxes", part), edge_count, fluxes)
             bounds = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, *nodes, count, *mesh)
             self._add(("bounds", part), count, bounds)
         owned = np.uint32(no)
@@ -218,7 +198,7 @@ class CudaMpdata:
         self._work[key] = (count, args)
         shape = self.shapes[key[0]]
         items = int(count) * self._levels // shape.levels_per_thread
-        function = mpdata_function(key[0], shape, self._levels, self.widths)
+        function = mpdata_function(key[0], shape, self._levels, self._degree, self.common_degree)
         blocks = math.ceil(items / (THREADS * shape.items_per_thread))
         self._launches[key] = [(function, blocks, args)] if items else []
 

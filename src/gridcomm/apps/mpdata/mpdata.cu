@@ -43,12 +43,6 @@
 #ifndef COMMON_DEGREE
 #define COMMON_DEGREE DEGREE  // slots every node runs; the rest run only where in use
 #endif
-#ifndef OUT_DEGREE
-#define OUT_DEGREE 4  // width of the fluxes' table: the most edges of which a node is the first end
-#endif
-#ifndef COMMON_OUT
-#define COMMON_OUT OUT_DEGREE  // the fluxes' slots that every first end runs
-#endif
 #ifndef PREFETCH
 #define PREFETCH 0  // 1: fetch a thread's next item's table row ahead (for_each_item)
 #endif
@@ -59,6 +53,7 @@
 #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #define LPT LEVELS_PER_THREAD
 #define CHUNKS (LEVELS / LPT)  // items per node (or edge)
+#define PAIRS ((DEGREE + 1) / 2)  // 16-byte loads per table row: two slots of (code, other) each
 #define EPS 1e-15  // as scheme.EPS: guards MPDATA's and FCT's ratios where a field and its fluxes vanish
 
 struct Vec {
@@ -104,7 +99,7 @@ __device__ __forceinline__ T* at(T* f, unsigned int node, unsigned int level)
 // since a kernel launch from CuPy takes arrays and scalars only, and gathered into one struct by MESH).
 struct Mesh {
     const int* update_nodes;  // (n_update,) local node of each update position
-    const int4* slots;        // (n_update, (DEGREE + 1) / 2): (code, other) of slots 2p, 2p + 1 of position u
+    const int4* slots;        // (n_update, PAIRS): (code, other) of slots 2p and 2p + 1 of update position u
     int n_owned;              // update positions below are owned nodes, their own local node
     const double* dt_area;    // (n_update,) dt / dual volume, s / m^2
 
@@ -127,61 +122,56 @@ __device__ __forceinline__ int entry(const int* __restrict__ list, int first, in
     return first >= 0 ? first + i : __ldg(list + i);
 }
 
-// A table row: its position's node u and WIDTH slots (code, other) of which the first COMMON run for every
-// row and the others only where in use. In the node-to-edge table (BY_TAG) a slot is in use where its code's
-// sign tag is not 0; in the fluxes' table, where it is not a repeat of slot 0 (padding repeats slot 0).
-template <int WIDTH, int COMMON, bool BY_TAG>
-struct SlotRow {
+// A node item's table row: its update position, and each slot's edge code and other node.
+struct NodeRow {
     int u;
-    int code[WIDTH];
-    int other[WIDTH];
+    int code[DEGREE];
+    int other[DEGREE];
 
-    // Slot k's local edge and sign (node-to-edge table).
+    // Slot k's local edge and sign.
     __device__ __forceinline__ Slot slot(int k) const
     {
         const int tag = code[k] & 3;
         return Slot{code[k] >> 2, tag == 1 ? 1.0 : (tag == 2 ? -1.0 : 0.0)};
     }
 
-    // Runs f(k) for the slots in use: the first COMMON always (padding among them adds zeros, or repeats a
-    // store), the others only where in use. k is a constant in every unrolled call.
+    // Runs f(k) for the slots in use: the first COMMON_DEGREE always (padding among them adds zeros), the
+    // others only where the node has that edge. k is a constant in every unrolled call.
     template <class F>
     __device__ __forceinline__ void for_each_slot(F f) const
     {
 #pragma unroll
-        for (int k = 0; k < WIDTH; ++k) {
-            if (k < COMMON || (BY_TAG ? (code[k] & 3) != 0 : code[k] != code[0])) f(k);
-        }
-    }
-
-    // Fills the slots from row `index` of a table of rows of (WIDTH + 1) / 2 16-byte pairs of slots.
-    __device__ __forceinline__ void load_slots(const int4* __restrict__ table, int index)
-    {
-        constexpr int pairs = (WIDTH + 1) / 2;
-        const int4* row = table + (unsigned long long)(unsigned int)index * pairs;
-#pragma unroll
-        for (int q = 0; q < pairs; ++q) {
-            const int4 pair = __ldg(row + q);
-            code[2 * q] = pair.x;
-            other[2 * q] = pair.y;
-            if (2 * q + 1 < WIDTH) {
-                code[2 * q + 1] = pair.z;
-                other[2 * q + 1] = pair.w;
-            }
+        for (int k = 0; k < DEGREE; ++k) {
+            if (k < COMMON_DEGREE || (code[k] & 3) != 0) f(k);
         }
     }
 };
-using NodeRow = SlotRow<DEGREE, COMMON_DEGREE, true>;  // slots: (edge * 4 + sign tag, other node)
-using OutRow = SlotRow<OUT_DEGREE, COMMON_OUT, false>;  // slots: (edge, its second end); u: its first end
 
 // The row of entry i of a list of update positions (nodes = nullptr, first = 0: position i itself).
 __device__ __forceinline__ NodeRow node_row(const Mesh& mesh, const int* __restrict__ nodes, int first, int i)
 {
     NodeRow r;
     r.u = entry(nodes, first, i);
-    r.load_slots(mesh.slots, r.u);
+    const int4* row = mesh.slots + (unsigned long long)(unsigned int)r.u * PAIRS;
+#pragma unroll
+    for (int q = 0; q < PAIRS; ++q) {
+        const int4 pair = __ldg(row + q);
+        r.code[2 * q] = pair.x;
+        r.other[2 * q] = pair.y;
+        if (2 * q + 1 < DEGREE) {
+            r.code[2 * q + 1] = pair.z;
+            r.other[2 * q + 1] = pair.w;
+        }
+    }
     return r;
 }
+
+// An edge item's row: the local edge and its two nodes.
+struct EdgeRow {
+    int e;
+    int i;
+    int j;
+};
 
 // Runs body(row, level) for each of this thread's items: item = (list entry, LPT levels from `level`), the
 // thread's first item its global index, then every gridDim.x * blockDim.x-th (the host launches the kernel's
@@ -291,49 +281,44 @@ KERNEL gridcomm_mpdata_gradient(
     });
 }
 
-// The antidiffusive flux of every edge on every level, flux (n_edges, levels): the upwind flux of psi1 with
-// MPDATA's pseudo-velocity (|V| (psi1_j - psi1_i) - dt V v . grad psi1) / (|psi1_i| + |psi1_j| + eps), grad psi1
-// the mean of its ends' gradients. Stored once per edge, then read by both its ends in the FCT bounds and the
-// corrective update (recomputing it there took 4 times the arithmetic and a quarter of the occupancy).
-// An item is a first end i = firsts[n] and its edges: row n of out_slots holds (edge, second end j) per slot, so
-// that i's values are loaded once for all its edges (3 on the octahedral mesh). coefficients is (n_edges, 6):
-// |V|, dt V, the wind at the edge's midpoint (3 components) and a pad (three 16-byte loads).
+// The antidiffusive flux of every edge in edges[0 .. count) on every level, flux (n_edges, levels), from the
+// edge's ends (i, j) and coefficients (n_edges, 6): |V|, dt V, the wind at its midpoint (3 components) and a pad
+// (three 16-byte loads): the upwind flux
+// of psi1 with MPDATA's pseudo-velocity (|V| (psi1_j - psi1_i) - dt V v . grad psi1) / (|psi1_i| + |psi1_j| + eps),
+// grad psi1 the mean of its ends' gradients. Stored once per edge, then read by both its ends in the FCT bounds
+// and the corrective update (recomputing it there took 4 times the arithmetic and a quarter of the occupancy).
 // NumPy's max(W, 0) psi_i + min(W, 0) psi_j is W psi_i or W psi_j by the sign of W (the other product is a zero).
 KERNEL gridcomm_mpdata_fluxes(
     const double* __restrict__ psi1, const double* __restrict__ grad, double* __restrict__ flux,
-    const int* __restrict__ firsts, int first, unsigned int count, const int4* __restrict__ out_slots,
+    const int* __restrict__ edges, int first, unsigned int count, const int2* __restrict__ ends,
     const double2* __restrict__ coefficients, long long field_stride)
 {
     const auto fetch = [&](int n) {
-        OutRow r;
-        r.u = entry(firsts, first, n);
-        r.load_slots(out_slots, n);
-        return r;
+        const int e = entry(edges, first, n);
+        const int2 ij = __ldg(ends + e);
+        return EdgeRow{e, ij.x, ij.y};
     };
     const double* g1 = grad + field_stride;
     const double* g2 = grad + 2 * field_stride;
-    for_each_item<OutRow>(count, fetch, [&](const OutRow& row, unsigned int level) {
-        const unsigned int i = row.u;
-        const Vec pi = load(at(psi1, i, level)), g0i = load(at(grad, i, level)), g1i = load(at(g1, i, level));
-        const Vec g2i = load(at(g2, i, level));
-        row.for_each_slot([&](int k) {
-            const unsigned int e = row.code[k], j = row.other[k];
-            const Vec pj = load(at(psi1, j, level)), g0j = load(at(grad, j, level)), g1j = load(at(g1, j, level));
-            const Vec g2j = load(at(g2, j, level));
-            const double2* c = coefficients + 3 * (unsigned long long)e;
-            const double2 c0 = __ldg(c), c1 = __ldg(c + 1), c2 = __ldg(c + 2);
-            const double va = c0.x, vd = c0.y, w0 = c1.x, w1 = c1.y, w2 = c2.x;
-            Vec out;
+    for_each_item<EdgeRow>(count, fetch, [&](const EdgeRow& row, unsigned int level) {
+        const int e = row.e, i = row.i, j = row.j;
+        const Vec pi = load(at(psi1, i, level)), pj = load(at(psi1, j, level));
+        const Vec g0i = load(at(grad, i, level)), g0j = load(at(grad, j, level));
+        const Vec g1i = load(at(g1, i, level)), g1j = load(at(g1, j, level));
+        const Vec g2i = load(at(g2, i, level)), g2j = load(at(g2, j, level));
+        const double2* c = coefficients + 3 * (unsigned long long)(unsigned int)e;
+        const double2 c0 = __ldg(c), c1 = __ldg(c + 1), c2 = __ldg(c + 2);
+        const double va = c0.x, vd = c0.y, w0 = c1.x, w1 = c1.y, w2 = c2.x;
+        Vec out;
 #pragma unroll
-            for (int t = 0; t < LPT; ++t) {
-                const double wind_grad =
-                    0.5 * (w0 * (g0i.v[t] + g0j.v[t]) + w1 * (g1i.v[t] + g1j.v[t]) + w2 * (g2i.v[t] + g2j.v[t]));
-                const double pseudo =
-                    (va * (pj.v[t] - pi.v[t]) - vd * wind_grad) / (fabs(pi.v[t]) + fabs(pj.v[t]) + EPS);
-                out.v[t] = pseudo * (pseudo > 0.0 ? pi.v[t] : pj.v[t]);
-            }
-            store(at(flux, e, level), out);
-        });
+        for (int t = 0; t < LPT; ++t) {
+            const double wind_grad =
+                0.5 * (w0 * (g0i.v[t] + g0j.v[t]) + w1 * (g1i.v[t] + g1j.v[t]) + w2 * (g2i.v[t] + g2j.v[t]));
+            const double pseudo =
+                (va * (pj.v[t] - pi.v[t]) - vd * wind_grad) / (fabs(pi.v[t]) + fabs(pj.v[t]) + EPS);
+            out.v[t] = pseudo * (pseudo > 0.0 ? pi.v[t] : pj.v[t]);
+        }
+        store(at(flux, e, level), out);
     });
 }
 
