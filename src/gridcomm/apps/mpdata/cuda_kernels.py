@@ -27,12 +27,14 @@ COMMON_SHARE = 0.99  # nodes whose edges all lie in the slots that every node ru
 class KernelShape:
     """How one kernel runs: the levels each thread computes (vector loads of 2), the blocks of THREADS per SM
     that its register allocation must allow (__launch_bounds__; 1 leaves it to the compiler), and the items
-    (nodes or edges x levels_per_thread levels) each thread computes, fetching its next item's table row while
-    it loads the current item's fields where that is more than 1 (mpdata.cu's for_each_item, PREFETCH)."""
+    (nodes or edges x levels_per_thread levels) each thread computes (a block computes THREADS x that many
+    consecutive ones), and whether a thread fetches its next item's table row while it loads the current
+    item's fields (mpdata.cu's for_each_item)."""
 
     levels_per_thread: int
     blocks_per_sm: int
     items_per_thread: int
+    prefetch: bool = False
 
 
 #: Each kernel's shape: the fastest measured alone on one H200 at O1280 x 32 levels (benchmarks/tune_mpdata.py).
@@ -41,7 +43,7 @@ class KernelShape:
 KERNEL_SHAPES: dict[str, KernelShape] = {
     "upwind": KernelShape(4, 3, 1),
     "gradient": KernelShape(2, 4, 1),
-    "fluxes": KernelShape(2, 4, 4),
+    "fluxes": KernelShape(2, 4, 4, True),
     "bounds": KernelShape(2, 4, 1),
     "corrective": KernelShape(4, 3, 1),
 }
@@ -69,7 +71,7 @@ def mpdata_function(name: str, shape: KernelShape, levels: int, degree: int, com
     on the current GPU."""
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS={levels}", f"-DLEVELS_PER_THREAD={shape.levels_per_thread}",
                f"-DDEGREE={degree}", f"-DCOMMON_DEGREE={common_degree}", f"-DMIN_BLOCKS={shape.blocks_per_sm}",
-               f"-DPREFETCH={int(shape.items_per_thread > 1)}")  # fmt: skip
+               f"-DITEMS={shape.items_per_thread}", f"-DPREFETCH={int(shape.prefetch)}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
 
 

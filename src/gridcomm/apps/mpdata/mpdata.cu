@@ -43,6 +43,9 @@
 #ifndef COMMON_DEGREE
 #define COMMON_DEGREE DEGREE  // slots every node runs; the rest run only where in use
 #endif
+#ifndef ITEMS
+#define ITEMS 1  // items each thread computes (for_each_item)
+#endif
 #ifndef PREFETCH
 #define PREFETCH 0  // 1: fetch a thread's next item's table row ahead (for_each_item)
 #endif
@@ -173,25 +176,27 @@ struct EdgeRow {
     int j;
 };
 
-// Runs body(row, level) for each of this thread's items: item = (list entry, LPT levels from `level`), the
-// thread's first item its global index, then every gridDim.x * blockDim.x-th (the host launches the kernel's
-// items per thread of cuda_kernels.KERNEL_SHAPES). The kernels' loads form chains (list entry,
-// table row, then the fields the row names); with PREFETCH the next item's row is fetched before the current
-// item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
+// Runs body(row, level) for each of this thread's items, item = (list entry, LPT levels from `level`). A block
+// computes ITEMS * THREADS consecutive items, a thread every THREADS-th of them: consecutive nodes are compact
+// patches of the mesh (grids.local), so that a block finds most of the neighbours it gathers in its SM's L1,
+// which it filled for the items before (the L2 is what bounds these kernels). The kernels' loads form chains
+// (list entry, table row, then the fields the row names); with PREFETCH the next item's row is fetched before
+// the current item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
 template <class Row, class Fetch, class Body>
 __device__ __forceinline__ void for_each_item(unsigned int count, Fetch fetch, Body body)
 {
-    const unsigned int total = count * CHUNKS, stride = gridDim.x * blockDim.x;  // total < 2^32 (host check)
-    unsigned int index = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int total = count * CHUNKS;  // < 2^32 (host check)
+    unsigned int index = blockIdx.x * (THREADS * ITEMS) + threadIdx.x;
     if (index >= total) return;
     Row row = fetch(index / CHUNKS);
-    for (;;) {
-        const bool more = total - index > stride;
+#pragma unroll 1
+    for (int k = 1;; ++k) {
+        const bool more = k < ITEMS && total - index > THREADS;
         Row ahead;
-        if (PREFETCH && more) ahead = fetch((index + stride) / CHUNKS);
+        if (PREFETCH && more) ahead = fetch((index + THREADS) / CHUNKS);
         body(row, index % CHUNKS * LPT);
         if (!more) return;
-        index += stride;
+        index += THREADS;
         row = PREFETCH ? ahead : fetch(index / CHUNKS);
     }
 }
