@@ -50,7 +50,7 @@ def time_shapes(comm: Communicator, mesh: MedianDualMesh, levels: int, hbm: floa
             keys = [key for key in k.launches(phase) if phase != "corrective" or key[1] == "1"]
             nbytes = sum(kernel_bytes(t, phase, phase_positions(t, key)) for key in keys)
             for shape in shapes:
-                if levels % shape.levels_per_thread or (levels // shape.levels_per_thread) % shape.slices:
+                if levels % shape.levels_per_thread:
                     continue
                 k.set_shape(phase, shape)
                 timing = time_gpu(comm, lambda keys=keys: [k.run_launch(key) for key in keys], samples=5)
@@ -58,8 +58,7 @@ def time_shapes(comm: Communicator, mesh: MedianDualMesh, levels: int, hbm: floa
                 rows.append({"kernel": phase, "shape": astuple(shape), "time_s": timing.median, "bytes": nbytes,
                              "GBps": rate, "share_of_hbm": rate / hbm})  # fmt: skip
                 print(f"{phase:10s} lpt={shape.levels_per_thread} blocks/SM={shape.blocks_per_sm} "
-                      f"items={shape.items_per_thread} prefetch={int(shape.prefetch)} slices={shape.slices}: "
-                      f"{timing.median * 1e3:.3f} ms, "
+                      f"items={shape.items_per_thread} prefetch={int(shape.prefetch)}: {timing.median * 1e3:.3f} ms, "
                       f"{100 * rate / hbm:.0f}% of HBM",
                       flush=True)  # fmt: skip
     finally:
@@ -74,8 +73,6 @@ def main() -> None:
     parser.add_argument("--per-thread", default="2,4")
     parser.add_argument("--min-blocks", default="2,3,4,5", help="blocks per SM for __launch_bounds__")
     parser.add_argument("--items-per-thread", default="1,4")
-    parser.add_argument("--prefetch", default="0,1", help="fetch the next item's table row ahead: 0, 1 or both")
-    parser.add_argument("--slices", default="1", help="blocks sharing a tile of nodes, each a slice of the levels")
     parser.add_argument("--kernels", default=",".join(PHASES))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
@@ -83,8 +80,7 @@ def main() -> None:
     use_local_gpu(comm)
     hbm = hbm_copy_gbps(comm)
     mesh = MedianDualMesh(args.grid)
-    lists = (args.per_thread, args.min_blocks, args.items_per_thread)
-    choices = itertools.product(*map(numbers, lists), numbers(args.prefetch), numbers(args.slices))
+    choices = itertools.product(*map(numbers, (args.per_thread, args.min_blocks, args.items_per_thread)), (0, 1))
     shapes = [KernelShape(*v) for v in choices if v[2] > 1 or not v[3]]  # fetching ahead needs a next item
     rows = time_shapes(comm, mesh, args.levels, hbm, shapes, args.kernels.split(","))
     fastest = {}

@@ -244,17 +244,3 @@ def test_kernel_shape_halves_levels_per_thread_until_it_divides_the_levels():
     assert kernel_shape("bounds", 3).levels_per_thread == 1
     shape = kernel_shape("fluxes", 32)
     assert isinstance(shape, KernelShape) and shape.blocks_per_sm >= 1 and shape.items_per_thread >= 1
-
-
-@pytest.mark.parametrize(
-    ("shape", "count", "levels", "blocks"),
-    [
-        (KernelShape(2, 4, 1), 1000, 32, 63),  # 16 items per node: 16 nodes per block
-        (KernelShape(2, 4, 8), 1000, 32, 8),  # 128 nodes per block
-        (KernelShape(2, 4, 1, slices=2), 1000, 32, 64),  # 32 nodes per tile, 2 blocks per tile
-        (KernelShape(4, 4, 1, slices=4), 10, 32, 4),  # 2 levels x 4 slices: 1 tile of 10
-        (KernelShape(2, 4, 1), 100, 30, 6),  # 15 items per node: 17 nodes per block
-    ],
-)
-def test_kernel_shape_blocks_cover_every_node_once_per_slice(shape, count, levels, blocks):
-    assert shape.blocks(count, levels) == blocks

@@ -28,20 +28,13 @@ class KernelShape:
     """How one kernel runs: the levels each thread computes (vector loads of 2), the blocks of THREADS per SM
     that its register allocation must allow (__launch_bounds__; 1 leaves it to the compiler), and the items
     (nodes or edges x levels_per_thread levels) each thread computes (a block computes THREADS x that many
-    consecutive ones), whether a thread fetches its next item's table row while it loads the current item's
-    fields, and the blocks that share a tile of nodes, each computing its slice of the levels (mpdata.cu's
-    for_each_item)."""
+    consecutive ones), and whether a thread fetches its next item's table row while it loads the current
+    item's fields (mpdata.cu's for_each_item)."""
 
     levels_per_thread: int
     blocks_per_sm: int
     items_per_thread: int
     prefetch: bool = False
-    slices: int = 1
-
-    def blocks(self, count: int, levels: int) -> int:
-        """Blocks of THREADS that compute ``count`` nodes or edges of ``levels`` levels (mpdata.cu's TILE)."""
-        tile = THREADS * self.items_per_thread // (levels // self.levels_per_thread // self.slices)
-        return math.ceil(count / tile) * self.slices
 
 
 #: Each kernel's shape: the fastest measured alone on one H200 at O1280 x 32 levels (benchmarks/tune_mpdata.py,
@@ -71,10 +64,7 @@ def kernel_shape(name: str, levels: int, levels_per_thread: int | None = None) -
     lpt = levels_per_thread or shape.levels_per_thread
     while levels % lpt:
         lpt //= 2
-    slices = shape.slices
-    while (levels // lpt) % slices:
-        slices //= 2
-    return replace(shape, levels_per_thread=lpt, slices=slices)
+    return replace(shape, levels_per_thread=lpt)
 
 
 def mpdata_function(name: str, shape: KernelShape, levels: int, degree: int, common_degree: int) -> Any:
@@ -83,8 +73,7 @@ def mpdata_function(name: str, shape: KernelShape, levels: int, degree: int, com
     on the current GPU."""
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS={levels}", f"-DLEVELS_PER_THREAD={shape.levels_per_thread}",
                f"-DDEGREE={degree}", f"-DCOMMON_DEGREE={common_degree}", f"-DMIN_BLOCKS={shape.blocks_per_sm}",
-               f"-DITEMS={shape.items_per_thread}", f"-DPREFETCH={int(shape.prefetch)}",
-               f"-DSLICES={shape.slices}")  # fmt: skip
+               f"-DITEMS={shape.items_per_thread}", f"-DPREFETCH={int(shape.prefetch)}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
 
 
@@ -212,8 +201,10 @@ class CudaMpdata:
         in the phase's shape."""
         self._work[key] = (count, args)
         shape = self.shapes[key[0]]
+        items = int(count) * self._levels // shape.levels_per_thread
         function = mpdata_function(key[0], shape, self._levels, self._degree, self.common_degree)
-        self._launches[key] = [(function, shape.blocks(int(count), self._levels), args)] if count else []
+        blocks = math.ceil(items / (THREADS * shape.items_per_thread))
+        self._launches[key] = [(function, blocks, args)] if items else []
 
     def set_shape(self, phase: str, shape: KernelShape) -> None:
         """Run ``phase``'s kernel in ``shape`` from now on (benchmarks/tune_mpdata.py; a captured graph keeps

@@ -49,9 +49,6 @@
 #ifndef PREFETCH
 #define PREFETCH 0  // 1: fetch a thread's next item's table row ahead (for_each_item)
 #endif
-#ifndef SLICES
-#define SLICES 1  // blocks that share a tile of nodes, each computing its share of the levels (for_each_item)
-#endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1  // blocks of THREADS per SM the register allocation must allow (__launch_bounds__)
 #endif
@@ -59,8 +56,6 @@
 #define KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #define LPT LEVELS_PER_THREAD
 #define CHUNKS (LEVELS / LPT)  // items per node (or edge)
-#define SLICE (CHUNKS / SLICES)  // items per node (or edge) in one block's share of the levels
-#define TILE (THREADS * ITEMS / SLICE)  // nodes (or edges) of a block's tile
 #define PAIRS ((DEGREE + 1) / 2)  // 16-byte loads per table row: two slots of (code, other) each
 #define EPS 1e-15  // as scheme.EPS: guards MPDATA's and FCT's ratios where a field and its fluxes vanish
 
@@ -181,30 +176,28 @@ struct EdgeRow {
     int j;
 };
 
-// Runs body(row, level) for each of this thread's items, item = (list entry, LPT levels from `level`). SLICES
-// blocks share a tile of TILE consecutive entries, each computing its slice of the levels: consecutive nodes
-// are compact patches of the mesh (grids.local), and the fewer levels a block computes, the larger its patch
-// and the more of the neighbours it gathers it finds in its SM's L1 (the L2 is what bounds these kernels). A
-// thread computes every THREADS-th of its block's ITEMS * THREADS items. The kernels' loads form chains (list
-// entry, table row, then the fields the row names); with PREFETCH the next item's row is fetched before the
-// current item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
+// Runs body(row, level) for each of this thread's items, item = (list entry, LPT levels from `level`). A block
+// computes ITEMS * THREADS consecutive items, a thread every THREADS-th of them: consecutive nodes are compact
+// patches of the mesh (grids.local), so that a block finds most of the neighbours it gathers in its SM's L1,
+// which it filled for the items before (the L2 is what bounds these kernels). The kernels' loads form chains
+// (list entry, table row, then the fields the row names); with PREFETCH the next item's row is fetched before
+// the current item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
 template <class Row, class Fetch, class Body>
 __device__ __forceinline__ void for_each_item(unsigned int count, Fetch fetch, Body body)
 {
-    const unsigned int tile = blockIdx.x / SLICES, first_chunk = blockIdx.x % SLICES * SLICE;
-    const unsigned int first = tile * TILE, items = min(TILE, count - first) * SLICE;
-    unsigned int item = threadIdx.x;  // within the block's share, entry-major
-    if (item >= items) return;
-    Row row = fetch(first + item / SLICE);
+    const unsigned int total = count * CHUNKS;  // < 2^32 (host check)
+    unsigned int index = blockIdx.x * (THREADS * ITEMS) + threadIdx.x;
+    if (index >= total) return;
+    Row row = fetch(index / CHUNKS);
 #pragma unroll 1
     for (int k = 1;; ++k) {
-        const bool more = k < ITEMS && items - item > THREADS;
+        const bool more = k < ITEMS && total - index > THREADS;
         Row ahead;
-        if (PREFETCH && more) ahead = fetch(first + (item + THREADS) / SLICE);
-        body(row, (first_chunk + item % SLICE) * LPT);
+        if (PREFETCH && more) ahead = fetch((index + THREADS) / CHUNKS);
+        body(row, index % CHUNKS * LPT);
         if (!more) return;
-        item += THREADS;
-        row = PREFETCH ? ahead : fetch(first + item / SLICE);
+        index += THREADS;
+        row = PREFETCH ? ahead : fetch(index / CHUNKS);
     }
 }
 
