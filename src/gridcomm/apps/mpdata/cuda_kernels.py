@@ -167,7 +167,7 @@ class CudaMpdata:
             "volume_flux": f64(v),
             "coefficients": f64(np.column_stack([np.abs(v), t.dt * v, t.velocities, pad])),
             "normals": f64(np.column_stack([0.5 * t.normals, pad])),  # halved: exact (mpdata.cu's gradient)
-            "area": f64(t.area_owned),
+            "inv_area": f64(t.inv_area_owned),
             "xyz": f64(t.xyz),
             INNER: i32(t.inner),
             OUTER: i32(t.outer),
@@ -189,7 +189,7 @@ class CudaMpdata:
             bounds = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, *nodes, count, *mesh)
             self._add(("bounds", part), count, bounds)
         owned = np.uint32(no)
-        gradient = (f.psi1, f.grad, owned, *mesh, a["normals"], a["area"], a["xyz"], stride)
+        gradient = (f.psi1, f.grad, owned, *mesh, a["normals"], a["inv_area"], a["xyz"], stride)
         self._add(("gradient", "all"), owned, gradient)
         for limit in (0, 1):
             corrective = (f.psi, f.psi1, f.flux, f.beta_up, f.beta_dn, owned, *mesh, np.int32(limit))

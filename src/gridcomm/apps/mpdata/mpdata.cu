@@ -240,13 +240,14 @@ KERNEL gridcomm_mpdata_upwind(
 }
 
 // Green-Gauss gradient of psi1 on owned nodes (update positions = local nodes 0 .. count), tangent to the
-// sphere: g = (1/A) sum_k (psi1_other - psi1_u)/2 n_k, then minus its radial part (g . r) r.
+// sphere: g = (1/A) sum_k (psi1_other - psi1_u)/2 n_k (1/A stored per node, as the NumPy path multiplies by it),
+// then minus its radial part (g . r) r.
 // normals is (n_edges, 4): half each edge's face normal (and a pad: two 16-byte loads) from its first node to its
 // second, signed here out of the node (times the slot's sign); NumPy's (d / 2) n is d (n / 2): the same product,
 // since halving is exact. grad is (3, n_local, levels).
 KERNEL gridcomm_mpdata_gradient(
     const double* __restrict__ psi1, double* __restrict__ grad, unsigned int count, MESH_ARGS,
-    const double* __restrict__ normals, const double* __restrict__ area, const double* __restrict__ radial,
+    const double* __restrict__ normals, const double* __restrict__ inv_area, const double* __restrict__ radial,
     long long field_stride)
 {
     MESH;
@@ -271,11 +272,11 @@ KERNEL gridcomm_mpdata_gradient(
                 }
             }
         });
-        const double a = __ldg(area + u), r0 = __ldg(radial + 3 * u), r1 = __ldg(radial + 3 * u + 1);
+        const double inv_a = __ldg(inv_area + u), r0 = __ldg(radial + 3 * u), r1 = __ldg(radial + 3 * u + 1);
         const double r2 = __ldg(radial + 3 * u + 2);
 #pragma unroll
         for (int t = 0; t < LPT; ++t) {
-            const double g0 = g[0].v[t] / a, g1 = g[1].v[t] / a, g2 = g[2].v[t] / a;
+            const double g0 = g[0].v[t] * inv_a, g1 = g[1].v[t] * inv_a, g2 = g[2].v[t] * inv_a;
             const double along = g0 * r0 + g1 * r1 + g2 * r2;
             g[0].v[t] = g0 - along * r0;
             g[1].v[t] = g1 - along * r1;

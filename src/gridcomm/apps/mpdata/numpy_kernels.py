@@ -32,7 +32,7 @@ class NumpyMpdata:
         self._normal_tab = np.ascontiguousarray(t.normal_tab)[..., None]  # (degree, 3, n_owned, 1)
         self._dt_area = t.dt_area[:, None]
         self._dt_area_o = self._dt_area[:no]
-        self._area_o = t.area_owned[:, None]
+        self._inv_area_o = t.inv_area_owned[:, None]
         self._radial_o = [t.xyz[:no, k : k + 1].copy() for k in range(3)]
 
     def _node_sums(self, edge_values: np.ndarray, nodes: int) -> np.ndarray:
@@ -73,7 +73,7 @@ class NumpyMpdata:
                 else:
                     grad[c, :no] += half_diff * self._normal_tab[k, c]
         g, r = grad[:, :no], self._radial_o
-        g /= self._area_o
+        g *= self._inv_area_o
         radial = g[0] * r[0] + g[1] * r[1] + g[2] * r[2]
         for c in range(3):
             g[c] -= radial * r[c]
