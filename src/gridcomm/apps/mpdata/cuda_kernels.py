@@ -38,13 +38,13 @@ class KernelShape:
 
 
 #: Each kernel's shape: the fastest measured alone on one H200 at O1280 x 32 levels (benchmarks/tune_mpdata.py,
-#: tune-mpdata-gpu-1r-20261124T054143Z, ...T054920Z, ...T055528Z; shapes within 3 % of each other swap places
-#: between machines). More levels per thread and more resident warps keep more of the gathers' bytes in
-#: flight, down to where the registers run out (spills) or too few warps are left to hide the latency; several
-#: items per thread help the edge kernel only, fetching ahead none of them now.
+#: tune-mpdata-gpu-1r-20261124T054143Z, ...T055528Z, ...T060853Z, ...T061309Z; shapes within 3 % of each other
+#: swap places between machines). More levels per thread and more resident warps keep more of the gathers'
+#: bytes in flight, down to where the registers run out (spills) or too few warps are left to hide the
+#: latency; several items per thread help the edge kernel only, fetching ahead none of them now.
 KERNEL_SHAPES: dict[str, KernelShape] = {
     "upwind": KernelShape(4, 4, 1),
-    "gradient": KernelShape(2, 4, 1),
+    "gradient": KernelShape(4, 4, 1),
     "fluxes": KernelShape(2, 4, 8),
     "bounds": KernelShape(2, 4, 1),
     "corrective": KernelShape(4, 4, 1),
