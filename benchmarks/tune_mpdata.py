@@ -1,6 +1,5 @@
 """Tune MPDATA's CUDA kernels on one GPU: each kernel alone in every shape asked for (levels per thread, the
-blocks per SM that its register allocation must allow, items per thread, with and without fetching ahead where
-more than one: see cuda_kernels.KernelShape), beside
+blocks per SM that its register allocation must allow, items per thread: see cuda_kernels.KernelShape), beside
 the HBM copy bandwidth, then the whole step (graph replay, energy) with each kernel in its fastest shape and
 with the shapes of cuda_kernels.KERNEL_SHAPES, all in one run.
 
@@ -58,7 +57,7 @@ def time_shapes(comm: Communicator, mesh: MedianDualMesh, levels: int, hbm: floa
                 rows.append({"kernel": phase, "shape": astuple(shape), "time_s": timing.median, "bytes": nbytes,
                              "GBps": rate, "share_of_hbm": rate / hbm})  # fmt: skip
                 print(f"{phase:10s} lpt={shape.levels_per_thread} blocks/SM={shape.blocks_per_sm} "
-                      f"items={shape.items_per_thread} prefetch={int(shape.prefetch)}: {timing.median * 1e3:.3f} ms, "
+                      f"items={shape.items_per_thread}: {timing.median * 1e3:.3f} ms, "
                       f"{100 * rate / hbm:.0f}% of HBM",
                       flush=True)  # fmt: skip
     finally:
@@ -80,8 +79,8 @@ def main() -> None:
     use_local_gpu(comm)
     hbm = hbm_copy_gbps(comm)
     mesh = MedianDualMesh(args.grid)
-    choices = itertools.product(*map(numbers, (args.per_thread, args.min_blocks, args.items_per_thread)), (0, 1))
-    shapes = [KernelShape(*v) for v in choices if v[2] > 1 or not v[3]]  # fetching ahead needs a next item
+    shapes = [KernelShape(*v) for v in itertools.product(*map(numbers, (args.per_thread, args.min_blocks,
+                                                                          args.items_per_thread)))]  # fmt: skip
     rows = time_shapes(comm, mesh, args.levels, hbm, shapes, args.kernels.split(","))
     fastest = {}
     for phase in args.kernels.split(","):

@@ -27,21 +27,21 @@ COMMON_SHARE = 0.99  # nodes whose edges all lie in the slots that every node ru
 class KernelShape:
     """How one kernel runs: the levels each thread computes (vector loads of 2), the blocks of THREADS per SM
     that its register allocation must allow (__launch_bounds__; 1 leaves it to the compiler), and the items
-    (nodes or edges x levels_per_thread levels) each thread computes (a block computes THREADS x that many
-    consecutive ones), and whether a thread fetches its next item's table row while it loads the current
-    item's fields (mpdata.cu's for_each_item)."""
+    (nodes or edges x levels_per_thread levels) each thread computes: a block computes THREADS x that many
+    consecutive ones (mpdata.cu's for_each_item)."""
 
     levels_per_thread: int
     blocks_per_sm: int
     items_per_thread: int
-    prefetch: bool = False
 
 
 #: Each kernel's shape: the fastest measured alone on one H200 at O1280 x 32 levels (benchmarks/tune_mpdata.py,
 #: tune-mpdata-gpu-1r-20261124T054143Z, ...T055528Z, ...T060853Z, ...T061309Z; shapes within 3 % of each other
 #: swap places between machines). More levels per thread and more resident warps keep more of the gathers'
 #: bytes in flight, down to where the registers run out (spills) or too few warps are left to hide the
-#: latency; several items per thread help the edge kernel only, fetching ahead none of them now.
+#: latency; several items per thread help the edge kernel only. Fetching a thread's next item's table row
+#: ahead, while it loads the current item's fields, helped none of them once the code per item was short
+#: (tune-mpdata-gpu-1r-20261124T055528Z): taken out.
 KERNEL_SHAPES: dict[str, KernelShape] = {
     "upwind": KernelShape(4, 4, 1),
     "gradient": KernelShape(4, 4, 1),
@@ -73,7 +73,7 @@ def mpdata_function(name: str, shape: KernelShape, levels: int, degree: int, com
     on the current GPU."""
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS={levels}", f"-DLEVELS_PER_THREAD={shape.levels_per_thread}",
                f"-DDEGREE={degree}", f"-DCOMMON_DEGREE={common_degree}", f"-DMIN_BLOCKS={shape.blocks_per_sm}",
-               f"-DITEMS={shape.items_per_thread}", f"-DPREFETCH={int(shape.prefetch)}")  # fmt: skip
+               f"-DITEMS={shape.items_per_thread}")  # fmt: skip
     return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
 
 

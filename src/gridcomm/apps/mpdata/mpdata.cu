@@ -46,9 +46,6 @@
 #ifndef ITEMS
 #define ITEMS 1  // items each thread computes (for_each_item)
 #endif
-#ifndef PREFETCH
-#define PREFETCH 0  // 1: fetch a thread's next item's table row ahead (for_each_item)
-#endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1  // blocks of THREADS per SM the register allocation must allow (__launch_bounds__)
 #endif
@@ -179,25 +176,18 @@ struct EdgeRow {
 // Runs body(row, level) for each of this thread's items, item = (list entry, LPT levels from `level`). A block
 // computes ITEMS * THREADS consecutive items, a thread every THREADS-th of them: consecutive nodes are compact
 // patches of the mesh (grids.local), so that a block finds most of the neighbours it gathers in its SM's L1,
-// which it filled for the items before (the L2 is what bounds these kernels). The kernels' loads form chains
-// (list entry, table row, then the fields the row names); with PREFETCH the next item's row is fetched before
-// the current item's field loads, so that the two chains overlap, at the cost of the registers that hold it.
-template <class Row, class Fetch, class Body>
+// which it filled for the items before (the L2 is what bounds these kernels).
+template <class Fetch, class Body>
 __device__ __forceinline__ void for_each_item(unsigned int count, Fetch fetch, Body body)
 {
     const unsigned int total = count * CHUNKS;  // < 2^32 (host check)
     unsigned int index = blockIdx.x * (THREADS * ITEMS) + threadIdx.x;
     if (index >= total) return;
-    Row row = fetch(index / CHUNKS);
 #pragma unroll 1
     for (int k = 1;; ++k) {
-        const bool more = k < ITEMS && total - index > THREADS;
-        Row ahead;
-        if (PREFETCH && more) ahead = fetch((index + THREADS) / CHUNKS);
-        body(row, index % CHUNKS * LPT);
-        if (!more) return;
+        body(fetch(index / CHUNKS), index % CHUNKS * LPT);
+        if (k == ITEMS || total - index <= THREADS) return;
         index += THREADS;
-        row = PREFETCH ? ahead : fetch(index / CHUNKS);
     }
 }
 
@@ -216,7 +206,7 @@ KERNEL gridcomm_mpdata_upwind(
 {
     MESH;
     const auto fetch = [&](int i) { return node_row(mesh, nodes, first, i); };
-    for_each_item<NodeRow>(count, fetch, [&](const NodeRow& row, unsigned int level) {
+    for_each_item(count, fetch, [&](const NodeRow& row, unsigned int level) {
         const unsigned int node = mesh.node(row.u);
         const Vec own = load(at(psi, node, level));
         Vec total;
@@ -252,7 +242,7 @@ KERNEL gridcomm_mpdata_gradient(
 {
     MESH;
     const auto fetch = [&](int i) { return node_row(mesh, nullptr, 0, i); };
-    for_each_item<NodeRow>(count, fetch, [&](const NodeRow& row, unsigned int level) {
+    for_each_item(count, fetch, [&](const NodeRow& row, unsigned int level) {
         const int u = row.u;
         const Vec own = load(at(psi1, u, level));
         Vec g[3];
@@ -306,7 +296,7 @@ KERNEL gridcomm_mpdata_fluxes(
     };
     const double* g1 = grad + field_stride;
     const double* g2 = grad + 2 * field_stride;
-    for_each_item<EdgeRow>(count, fetch, [&](const EdgeRow& row, unsigned int level) {
+    for_each_item(count, fetch, [&](const EdgeRow& row, unsigned int level) {
         const int e = row.e, i = row.i, j = row.j;
         const Vec pi = load(at(psi1, i, level)), pj = load(at(psi1, j, level));
         const Vec g0i = load(at(grad, i, level)), g0j = load(at(grad, j, level));
@@ -338,7 +328,7 @@ KERNEL gridcomm_mpdata_bounds(
 {
     MESH;
     const auto fetch = [&](int i) { return node_row(mesh, nodes, first, i); };
-    for_each_item<NodeRow>(count, fetch, [&](const NodeRow& row, unsigned int level) {
+    for_each_item(count, fetch, [&](const NodeRow& row, unsigned int level) {
         const unsigned int node = mesh.node(row.u);
         const Vec p = load(at(psi, node, level)), p1 = load(at(psi1, node, level));
         Vec high, low, outflow, inflow;
@@ -389,7 +379,7 @@ KERNEL gridcomm_mpdata_corrective(
 {
     MESH;
     const auto fetch = [&](int i) { return node_row(mesh, nullptr, 0, i); };
-    for_each_item<NodeRow>(count, fetch, [&](const NodeRow& row, unsigned int level) {
+    for_each_item(count, fetch, [&](const NodeRow& row, unsigned int level) {
         const int u = row.u;
         Vec own_up, own_dn;
         if (limit) {
