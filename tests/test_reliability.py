@@ -84,18 +84,27 @@ def _reports_the_death(text: str) -> bool:
     return "signal 9" in text or "KILLED BY SIGNAL" in text.upper() or _gridcomm_abort(text, RANKS - 1)
 
 
+def _hydra_failed(text: str) -> bool:
+    """MPICH's hydra gave up on the job itself: with -disable-auto-cleanup its proxy sometimes fails writing a
+    PMI response to the killed rank's closed socket, and mpiexec then ends every rank with its own errors
+    before gridcomm's timeout comes (seen in about 1 of 20 runs of each case)."""
+    return "unable to forward PMI response" in text and "process manager error" in text
+
+
 @needs_mpiexec
 @pytest.mark.parametrize("launcher_cleanup", [True, False], ids=["launcher-cleanup", "no-launcher-cleanup"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_killed_rank_ends_the_job(transport, launcher_cleanup, tmp_path):
     """SIGKILL on rank 3 mid-run ends every rank with a report of it. With the launcher's cleanup, hydra does
     it; with ``-disable-auto-cleanup`` the dead rank's neighbours time out, name it and abort (or hydra still
-    ends the job first: it does so in some runs)."""
+    ends the job first: it does so in some runs, and in a few its proxy fails on the dead rank's socket and
+    ends the job with hydra's own errors: still no hang and no rank left, which run_fault checks)."""
     if not launcher_cleanup and not HYDRA:
         pytest.skip("-disable-auto-cleanup is an option of MPICH's hydra launcher")
     rc, text, _ = run_fault("kill", transport, tmp_path, launcher_cleanup=launcher_cleanup)
     assert rc != 0, f"the job exited 0 although rank 3 was killed:\n{text[-4000:]}"
-    assert _reports_the_death(text), f"nothing says that rank 3 died:\n{text[-4000:]}"
+    ended_by_hydra_failing = not launcher_cleanup and _hydra_failed(text)
+    assert _reports_the_death(text) or ended_by_hydra_failing, f"nothing says that rank 3 died:\n{text[-4000:]}"
 
 
 @needs_mpiexec
