@@ -5,9 +5,10 @@
 // node-to-edge table of the update nodes, (n_update, WIDTH) pairs of ints, WIDTH = DEGREE rounded up to even
 // so that a node's row is whole 16-byte loads: slot k of update position u holds a local edge and its sign in
 // one int (edge * 4 + 1 where u is the edge's first node, sign +1; edge * 4 + 2 where the second, sign -1;
-// tag 0 in padding, sign 0), and the node at the other end (u's own node in padding). A node's sum thus needs no atomics and adds the same terms in the same
-// order as the NumPy path (numpy_kernels.py); compiled with --fmad=false, every operation below is the NumPy
-// path's operation in the NumPy path's order, so results equal the CPU's (to the sign of a zero).
+// tag 0 in padding, sign 0), and the node at the other end (u's own node in padding). A node's sum thus needs
+// no atomics and adds the same terms in the same order as the NumPy path (numpy_kernels.py); compiled with
+// --fmad=false, every operation below is the NumPy path's operation in the NumPy path's order, so results
+// equal the CPU's (to the sign of a zero).
 //
 // A thread does LEVELS_PER_THREAD neighbouring levels of one node (vector loads of double2 where that is even):
 // the node's table entries and edge coefficients are loaded once for all of them. The upwind pass recomputes
@@ -18,8 +19,9 @@
 // all slots are then in flight together. An edge's two ends are the node itself, whose values are loaded once,
 // and the slot's other node; the sign says which is first.
 //
-// The kernels are bound by the instructions they issue as much as by their gathers (at O1280 the upwind pass's
-// SASS, times its warps, fills the schedulers for 96 % of its time), so the code per item is kept short:
+// The kernels were bound by the instructions they issued as much as by their gathers (at O1280 the upwind
+// pass's SASS, times its warps, filled the schedulers for 96 % of its time), so the code per item is kept
+// short (the L2's throughput is what bounds most of them now, docs/mpdata.md):
 // - the level count is compiled in (LEVELS): an item's node and levels are a shift or a multiply by a constant
 //   away from the thread's index, and every offset is 32-bit (the host checks that fields hold < 2^32 values);
 // - slots beyond COMMON_DEGREE (the degree nearly every node has: 6 on the octahedral mesh, whose table is 7
