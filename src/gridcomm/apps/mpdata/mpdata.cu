@@ -399,7 +399,8 @@ KERNEL gridcomm_mpdata_corrective(
 #pragma unroll
                 for (int t = 0; t < LPT; ++t) {
                     const bool sends = (f.v[t] >= 0.0) == (s > 0.0);
-                    const double scale = sends ? smaller(own_dn.v[t], other_up.v[t]) : smaller(own_up.v[t], other_dn.v[t]);
+                    const double scale =
+                        sends ? smaller(own_dn.v[t], other_up.v[t]) : smaller(own_up.v[t], other_dn.v[t]);
                     f.v[t] *= smaller(scale, 1.0);
                 }
             }

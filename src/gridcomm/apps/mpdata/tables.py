@@ -46,9 +46,9 @@ class MeshTables:
         velocities: (n_edges, 3) wind at the edge midpoints, m/s.
         normals: (n_edges, 3) each edge's dual-face normal, from its first node to its second, m.
         normal_tab: (D, 3, n_owned) each owned node's face normals by slot, signed out of the node, m.
-        dt_area: (n_update,) dt / dual volume, s/m^2; area_owned: (n_owned,) dual volumes, m^2;
-        inv_area_owned: (n_owned,) their reciprocals, 1/m^2 (the gradient multiplies by them: one division
-        per node instead of three per value, the same on the CPU and the GPU).
+        dt_area: (n_update,) dt / dual volume, s/m^2.
+        inv_area_owned: (n_owned,) 1 / dual volume, 1/m^2 (the gradient multiplies by it: one division per
+        node instead of three per value, the same on the CPU and the GPU).
         xyz: (n_local, 3) unit vectors (the radial direction at each node).
         inner: update positions whose node and neighbours are all owned (ascending); outer: the others.
         inner_edges: local edges with both ends owned (ascending); outer_edges: the others.
@@ -69,7 +69,6 @@ class MeshTables:
     normals: np.ndarray
     normal_tab: np.ndarray
     dt_area: np.ndarray
-    area_owned: np.ndarray
     inv_area_owned: np.ndarray
     xyz: np.ndarray
     inner: np.ndarray
@@ -112,7 +111,6 @@ class MeshTables:
             normals=local.normals,
             normal_tab=np.ascontiguousarray(normal_tab),
             dt_area=dt / area[local.update_nodes],
-            area_owned=area[:no],
             inv_area_owned=1.0 / area[:no],
             xyz=local.xyz,
             inner=positions[reads_owned_only],
