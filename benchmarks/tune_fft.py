@@ -7,7 +7,7 @@ on one GPU, with the share of the HBM copy bandwidth that the phase's fewest byt
 Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row + pick):
 
 - ``transform, k streams``: SpectralTransform.fourier_inverse / fourier_direct (apps/spectral/fourier.py);
-- ``fold alone``, ``pick alone``: the transform's two launches besides cuFFT;
+- ``fold alone`` (in each of FOLD_SHAPES), ``pick alone``: the transform's two launches besides cuFFT;
 - ``cufft alone``: one batched cuFFT plan per row length over both rows of that length, from and to
   contiguous scratch, one stream: what the library's FFT calls alone cost.
 
@@ -18,13 +18,16 @@ apps/spectral/fourier.py comes from this run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gridcomm.apps.spectral import fourier as fourier_half
 from gridcomm.apps.spectral.transform import SpectralTransform
 from gridcomm.bench.ceilings import hbm_copy_gbps
 from gridcomm.bench.machine import machine_info
@@ -34,6 +37,22 @@ from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
 
 STREAMS = (1, 2, 4, 8)
+#: The fold launch's shapes timed alone: (threads per block, shared memory per block [KiB], fields per block).
+FOLD_SHAPES = ((512, 48, 1), (1024, 96, 4), (512, 48, 4), (256, 24, 1), (512, 24, 4))
+
+
+@contextlib.contextmanager
+def fold_shape(threads: int, kib: int, fields: int) -> Iterator[None]:
+    """The fold launched in this shape while inside (fourier.py's FOLD_* constants)."""
+    names = ("FOLD_THREADS", "FOLD_SHARED_BYTES", "FOLD_BATCH_PER_BLOCK")
+    kept = [getattr(fourier_half, name) for name in names]
+    for name, value in zip(names, (threads, kib * 1024, fields), strict=True):
+        setattr(fourier_half, name, value)
+    try:
+        yield
+    finally:
+        for name, value in zip(names, kept, strict=True):
+            setattr(fourier_half, name, value)
 
 
 def graph_seconds(work: Any, stream: Any, replays: int = 5) -> float:
@@ -115,7 +134,10 @@ def measure(grid: OctahedralGrid, batch: int, hbm: float) -> list[dict[str, Any]
             ffts, plan = transform._row_ffts, transform._fourier_plan(np.arange(t + 1))
             spectra = cupy.empty((batch, ffts.rows.bins), np.complex128)
             out = cupy.empty(fourier.shape, np.complex128)
-            timed("fold alone", functools.partial(ffts._fold, fourier, plan, spectra))
+            for threads, kib, fields in FOLD_SHAPES:
+                with fold_shape(threads, kib, fields):
+                    shape = f"{threads} threads, {kib} KiB, {fields} field(s) per block"
+                    timed(f"fold alone, {shape}", functools.partial(ffts._fold, fourier, plan, spectra))
             timed("pick alone", functools.partial(ffts._pick, spectra, plan, out))
         del transform
         cupy.get_default_memory_pool().free_all_blocks()

@@ -14,6 +14,7 @@ from gridcomm.apps.spectral import (
     row_bands,
     wavenumber_sets,
 )
+from gridcomm.apps.spectral.fourier import folding_table, plan_folding
 from gridcomm.apps.spectral.legendre import legendre_functions
 from gridcomm.apps.spectral.transform import MAX_BUCKETS
 from gridcomm.grids.octahedral import OctahedralGrid
@@ -275,6 +276,33 @@ def test_fourier_halves_equal_per_row_sums(n, truncation, rows, kind, batch):
     assert_close(values, reference_fourier_inverse(grid, rows, ms, fourier))
     values = rng.standard_normal((batch, transform.points))
     assert_close(transform.fourier_direct(values, wavenumbers=order), reference_fourier_direct(grid, rows, ms, values))
+
+
+@pytest.mark.parametrize(("n", "truncation", "rows", "kind"), FOURIER_CASES)
+def test_simple_rows_are_what_the_gpu_kernels_assume(n, truncation, rows, kind):
+    """The GPU's fold and pick skip the index arrays on rows the plan calls simple: there every bin k has the one
+    term direct[k], and every m's pick is bin m scaled by 1 / n. Rows at least 2 (T + 1) long are simple."""
+    grid = OctahedralGrid(n)
+    transform = SpectralTransform(grid, truncation, rows=rows)
+    t = transform.truncation
+    order = _fourier_order(kind, t)
+    ms = np.arange(t + 1) if order is None else order
+    geometry = transform._row_ffts.rows
+    plan = plan_folding(geometry, ms, np)
+    assert np.array_equal(plan.ms, ms)
+    for r, n_r in enumerate(geometry.lengths):
+        table = folding_table(ms, int(n_r))
+        one_direct_term = all(len(c) == 1 and c[0] == plan.direct[k] for k, c in enumerate(table))
+        assert bool(plan.simple[r]) == one_direct_term, (r, n_r)
+        if plan.simple[r]:
+            assert np.all(ms < n_r / 2)
+            assert np.array_equal(plan.picks[:, r], geometry.bin_offsets[r] + ms)
+            assert np.all(plan.factors.reshape(len(ms), -1, 2)[:, r] == plan.inverse_lengths[r])
+            assert plan.inverse_lengths[r] == 1.0 / n_r
+        if n_r >= 2 * (t + 1) and order is None:
+            assert plan.simple[r]
+    for k, c in enumerate(plan.direct):
+        assert (ms[c] == k) if c < len(ms) else (k not in set(ms.tolist()))
 
 
 def test_whole_transforms_equal_the_reference_halves():

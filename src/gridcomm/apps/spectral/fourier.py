@@ -11,7 +11,8 @@ The half spectra of all rows lie side by side in one (batch, bins) array, row r'
   scaled by 1 / n and conjugated where it holds conj F_m).
 
 On the host, fold and pick are NumPy gathers and the FFTs ``numpy.fft``. On the GPU, fold and pick are one
-kernel launch each (``fourier.cu``, transposing through shared memory), and each row is one cuFFT call that
+kernel launch each (``fourier.cu``, transposing through shared memory; the fold stages every m of a few rows
+at once, so that a short row's folded terms are read from shared memory), and each row is one cuFFT call that
 reads and writes the rows where they lie (its distance between fields is the points per field: no copy of the
 grid values), one plan per row length shared by the rows of that length. The rows are spread over a few CUDA
 streams by length (rows sharing a plan share its work area, so they share a stream): as parallel branches of a
@@ -39,9 +40,17 @@ from ...gpu import package_kernel
 #: 23.3 ms per direction and four 14.7 ms, as CUDA graph replays.
 GPU_FFT_STREAMS = 4
 SOURCE = "fourier.cu"
-TILE = 32  # fourier.cu's tile side
-THREADS = 256  # per block: 32 x 8
+TILE = 32  # fourier.cu's tile side (the pick)
+THREADS = 256  # per block: 32 x 8 for the pick
 BATCH_PER_BLOCK = 4  # fields a block does in turn (its index loads then hit L1)
+#: The fold's shape (fourier.cu): rows per block at most, threads per block, fields per block, and shared memory
+#: per block where a row of staged wavenumbers is smaller [bytes]. On one H200 (O640, batch 412) 4 rows (48 KiB),
+#: 512 threads and 1 field took 3.37 ms, against 3.41-4.37 ms in 9 other shapes and 5.86 ms for the 32 x 32 tiles
+#: it replaced (``benchmarks/tune_fft.py``).
+FOLD_GROUP = 8
+FOLD_THREADS = 512
+FOLD_BATCH_PER_BLOCK = 1
+FOLD_SHARED_BYTES = 48 * 1024
 #: Plans kept per batch size seen (a transform usually sees one): cuFFT plans hold work areas on the device.
 _BATCHES_KEPT = 2
 #: Threads that make a transform's cuFFT plans, one per row length and direction, at its first run: cuFFT takes
@@ -77,6 +86,10 @@ class FoldingPlan:
     Fold: bin j of the half spectra sums the terms ``codes[first[j]:first[j + 1]]`` (at least one each), a code
     c meaning F_c for c < M, conj F_(c - M) for M <= c < 2M, and zero for c = 2M, all on the bin's row
     (``flat_terms``, host only: the same as positions in the host's (batch, (2M + 1) x rows) array of terms).
+    ``simple`` (rows,) uint8 is 1 where each bin k of the row has the one term ``direct[k]``, ``direct`` (widest
+    row's bins,) int32 being the position of m = k, or 2M where no m = k is there: every m of such a row lies
+    below n / 2, so its pick is bin m scaled by 1 / n (``inverse_lengths``, (rows,)), and the GPU's fold and pick
+    read no per-bin or per-m index arrays for it (``ms``, (M,) int32, the m at each position).
     Pick: ``picks`` the bin holding F_m on each row; ``factors`` what its real and imaginary parts are multiplied
     by, 1 / n and +-1 / n (- where the bin holds conj F_m, m mod n > n / 2): on the host (M, rows) and
     (M, 2 rows); on the GPU transposed, (rows, M) and (rows, 2M), as its kernel reads them.
@@ -88,6 +101,10 @@ class FoldingPlan:
     conjugates: bool
     picks: Any
     factors: Any
+    simple: Any
+    direct: Any
+    ms: Any
+    inverse_lengths: Any
 
 
 def folding_table(ms: np.ndarray, length: int) -> list[np.ndarray]:
@@ -130,6 +147,14 @@ def plan_folding(rows: RowGeometry, ms: np.ndarray, xp: Any) -> FoldingPlan:
         factors[:, on, 0] = 1.0 / n
         factors[:, on, 1] = np.where(upper, -1.0 / n, 1.0 / n)[:, None]
     on_gpu = xp is not np
+    direct = np.full(int(np.max(rows.lengths, initial=0)) // 2 + 1, 2 * count, dtype=np.int32)
+    within = ms < len(direct)
+    direct[ms[within]] = np.flatnonzero(within)
+    simple_length = {
+        n: all(len(c) == 1 for c in table) and np.array_equal(np.concatenate(table), direct[: len(table)])
+        for n, table in tables.items()
+    }
+    simple = np.array([simple_length[int(n)] for n in rows.lengths], dtype=np.uint8)
     return FoldingPlan(
         first=xp.asarray(first),
         codes=xp.asarray(codes.astype(np.int32)) if on_gpu else None,
@@ -141,6 +166,10 @@ def plan_folding(rows: RowGeometry, ms: np.ndarray, xp: Any) -> FoldingPlan:
             if on_gpu
             else factors.reshape(count, 2 * nrows)
         ),
+        simple=xp.asarray(simple),
+        direct=xp.asarray(direct),
+        ms=xp.asarray(ms.astype(np.int32)),
+        inverse_lengths=xp.asarray(1.0 / rows.lengths),
     )
 
 
@@ -166,7 +195,6 @@ class RowFFTs:
         self._lane_of = lane_of.reshape(-1).tolist()
         self._lengths = lengths.tolist()  # each row length once: a cuFFT plan per length and direction
         self._bin_offsets = xp.asarray(rows.bin_offsets) if self.on_gpu else None
-        self._widest_bins = int(np.max(rows.lengths, initial=0)) // 2 + 1  # the fold kernel's tiles span these
         self._plans: dict[int, dict[tuple[int, str], Any]] = {}  # batch -> (length, direction) -> cuFFT plan
 
     @property
@@ -199,10 +227,24 @@ class RowFFTs:
     def _fold(self, fourier: Any, plan: FoldingPlan, spectra: Any) -> None:
         batch, count, nrows = fourier.shape
         if self.on_gpu:
-            _launch_tiles("gridcomm_fold", self._widest_bins, nrows, batch, (
-                fourier, np.int32(count), np.int32(nrows), np.int32(batch), np.int32(BATCH_PER_BLOCK),
-                self._bin_offsets, plan.first, plan.codes, np.int64(self.rows.bins), spectra,
-            ))  # fmt: skip
+            if count == 0 or nrows == 0 or batch == 0:
+                return
+            group, shared = fold_group(count)
+            most = self.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+            if shared > most:
+                raise ValueError(
+                    f"{count} wavenumbers per row: the GPU fold stages {shared} bytes of them per block, more than "
+                    f"this GPU's {most}; use a smaller truncation or the host path"
+                )
+            kernel = package_kernel(__package__, SOURCE, "gridcomm_fold")
+            if kernel.max_dynamic_shared_size_bytes < shared:
+                kernel.max_dynamic_shared_size_bytes = shared
+            grid = (-(-nrows // group), -(-batch // FOLD_BATCH_PER_BLOCK))
+            kernel(grid, (FOLD_THREADS,), (
+                fourier, np.int32(count), np.int32(nrows), np.int32(batch), np.int32(FOLD_BATCH_PER_BLOCK),
+                np.int32(group), self._bin_offsets, plan.first, plan.codes, plan.simple, plan.direct,
+                np.int64(self.rows.bins), spectra,
+            ), shared_mem=shared)  # fmt: skip
             return
         terms = np.empty((batch, 2 * count + 1, nrows), np.complex128)  # F_m, conj F_m, zero
         terms[:, :count] = fourier
@@ -216,8 +258,9 @@ class RowFFTs:
         if self.on_gpu:
             batch, count, nrows = out.shape
             _launch_tiles("gridcomm_pick", count, nrows, batch, (
-                spectra, np.int64(self.rows.bins), plan.picks, plan.factors, np.int32(count), np.int32(nrows),
-                np.int32(batch), np.int32(BATCH_PER_BLOCK), out,
+                spectra, np.int64(self.rows.bins), plan.picks, plan.factors, plan.simple, self._bin_offsets,
+                plan.ms, plan.inverse_lengths, np.int32(count), np.int32(nrows), np.int32(batch),
+                np.int32(BATCH_PER_BLOCK), out,
             ))  # fmt: skip
             return
         picked = np.take(spectra, plan.picks, axis=1)  # (batch, M, rows)
@@ -323,6 +366,14 @@ def _cufft_plan(n: int, inverse: bool, batch: int, source_field: int, target_fie
     bins = n // 2 + 1
     kind, inembed, onembed = (cufft.CUFFT_Z2D, [bins], [n]) if inverse else (cufft.CUFFT_D2Z, [n], [bins])
     return cufft.PlanNd([n], inembed, 1, source_field, onembed, 1, target_field, kind, batch, "C", -1, None)
+
+
+def fold_group(count: int) -> tuple[int, int]:
+    """(rows per block, shared memory per block [bytes]) of the fold kernel for ``count`` wavenumbers: as many rows
+    as FOLD_GROUP allows whose staged F_m fit in FOLD_SHARED_BYTES, at least one."""
+    row_bytes = (count | 1) * 16  # fourier.cu's staged rows: count rounded up to odd, complex128
+    group = max(1, min(FOLD_GROUP, FOLD_SHARED_BYTES // row_bytes))
+    return group, group * row_bytes
 
 
 def _launch_tiles(name: str, across: int, rows: int, batch: int, args: tuple[Any, ...]) -> None:
