@@ -164,3 +164,33 @@ def test_graphs_need_the_gpu():
 
     with gridcomm.Communicator() as comm, pytest.raises(ValueError, match="xp=cupy"):
         DistributedTransform(comm, "O16", graphs=True)
+
+
+@pytest.mark.parametrize("shared_kib", [48, 200])
+def test_fold_and_pick_equal_the_host(cupy, monkeypatch, shared_kib):
+    """The GPU's fold adds the host's terms (to round-off: NumPy's reduceat adds pairwise) and its pick scales the
+    same bins by the same factors (bit for bit), on short rows that fold many wavenumbers onto each bin, on rows
+    just too short to hold them all, and on simple rows (index-free); with 200 KiB of staging per block the fold
+    opts in to more shared memory than a launch gets by default (the path of very long rows of wavenumbers)."""
+    from gridcomm.apps.spectral import fourier
+
+    monkeypatch.setattr(fourier, "FOLD_SHARED_BYTES", shared_kib * 1024)
+    geometry = fourier.RowGeometry.of(np.array([20, 24, 1276, 1278, 1280, 2576, 20]))
+    ms = np.arange(640)
+    batch = 3
+    rng = np.random.default_rng(5)
+    f = rng.standard_normal((batch, len(ms), 7)) + 1j * rng.standard_normal((batch, len(ms), 7))
+    host, device = fourier.RowFFTs(geometry, np), fourier.RowFFTs(geometry, cupy)
+    host_plan, device_plan = fourier.plan_folding(geometry, ms, np), fourier.plan_folding(geometry, ms, cupy)
+    assert (fourier.fold_group(len(ms))[1] > fourier.DEFAULT_SHARED_BYTES) == (shared_kib > 48)
+    assert device_plan.simple.get().tolist() == [0, 0, 0, 0, 1, 1, 0]
+    spectra = np.empty((batch, geometry.bins), np.complex128)
+    host._fold(f, host_plan, spectra)
+    got = cupy.empty((batch, geometry.bins), np.complex128)
+    device._fold(cupy.asarray(f), device_plan, got)
+    assert_close(got, spectra)
+    want = np.empty_like(f)
+    host._pick(spectra, host_plan, want)
+    got = cupy.empty(f.shape, np.complex128)
+    device._pick(cupy.asarray(spectra), device_plan, got)
+    assert np.array_equal(got.get(), want)

@@ -45,12 +45,13 @@ THREADS = 256  # per block: 32 x 8 for the pick
 BATCH_PER_BLOCK = 4  # fields a block does in turn (its index loads then hit L1)
 #: The fold's shape (fourier.cu): rows per block at most, threads per block, fields per block, and shared memory
 #: per block where a row of staged wavenumbers is smaller [bytes]. On one H200 (O640, batch 412) 4 rows (48 KiB),
-#: 512 threads and 1 field took 3.37 ms, against 3.41-4.37 ms in 9 other shapes and 5.86 ms for the 32 x 32 tiles
-#: it replaced (``benchmarks/tune_fft.py``).
+#: 512 threads and 1 field took 3.32 ms, against 3.35-3.83 ms in 4 other shapes (``benchmarks/tune_fft.py``,
+#: tune-fft-gpu-1r-20261124T075953Z) and 5.78 ms for the 32 x 32 tiles it replaced (...20261123T174002Z).
 FOLD_GROUP = 8
 FOLD_THREADS = 512
 FOLD_BATCH_PER_BLOCK = 1
 FOLD_SHARED_BYTES = 48 * 1024
+DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic shared memory every launch may use without opting in
 #: Plans kept per batch size seen (a transform usually sees one): cuFFT plans hold work areas on the device.
 _BATCHES_KEPT = 2
 #: Threads that make a transform's cuFFT plans, one per row length and direction, at its first run: cuFFT takes
@@ -230,14 +231,15 @@ class RowFFTs:
             if count == 0 or nrows == 0 or batch == 0:
                 return
             group, shared = fold_group(count)
-            most = self.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
-            if shared > most:
-                raise ValueError(
-                    f"{count} wavenumbers per row: the GPU fold stages {shared} bytes of them per block, more than "
-                    f"this GPU's {most}; use a smaller truncation or the host path"
-                )
             kernel = package_kernel(__package__, SOURCE, "gridcomm_fold")
-            if kernel.max_dynamic_shared_size_bytes < shared:
+            if shared > DEFAULT_SHARED_BYTES and kernel.max_dynamic_shared_size_bytes < shared:  # one row per block
+                runtime = self.xp.cuda.runtime
+                most = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, runtime.getDevice())
+                if shared > most:
+                    raise ValueError(
+                        f"{count} wavenumbers per row: the GPU fold stages {shared} bytes of them per block, more "
+                        f"than this GPU's {most}; use a smaller truncation or the host path"
+                    )
                 kernel.max_dynamic_shared_size_bytes = shared
             grid = (-(-nrows // group), -(-batch // FOLD_BATCH_PER_BLOCK))
             kernel(grid, (FOLD_THREADS,), (
