@@ -365,3 +365,23 @@ def test_fft_streams_are_checked_and_change_nothing_on_the_host():
     one, four = SpectralTransform(16), SpectralTransform(16, fft_streams=4)  # NumPy: no streams to spread over
     values = np.random.default_rng(5).standard_normal((2, one.points))
     np.testing.assert_array_equal(one.fourier_direct(values), four.fourier_direct(values))
+
+
+def test_one_rank_has_no_transposition():
+    """On one rank the Legendre and Fourier sides are one array and nothing is transposed (transport "none");
+    the distributed transform still equals the whole one, and a transport that names nothing is still refused."""
+    import gridcomm
+    from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients
+    from gridcomm.errors import TransportError
+
+    with gridcomm.Communicator() as comm:
+        with DistributedTransform(comm, "O24", batch=2, transport="staged") as dist:
+            assert dist.transport == "none" and dist.fourier_side is dist.legendre_side
+            whole = SpectralTransform(24, wavenumbers=dist.wavenumbers)
+            a = random_coefficients(dist.truncation, dist.wavenumbers, 2)
+            values = dist.inverse(a)
+            assert np.array_equal(values, whole.fourier_inverse(whole.legendre_inverse(a), dist.m_order))
+            back = whole.legendre_direct(whole.fourier_direct(values, dist.m_order))
+            assert np.array_equal(dist.direct(values), back)
+        with pytest.raises(TransportError, match="unknown"):
+            DistributedTransform(comm, "O24", transport="carrier-pigeon")

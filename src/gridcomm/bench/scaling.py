@@ -215,12 +215,14 @@ def mpdata_s(m: Machine, gpus: int, nodes: int, levels: int, one_gpu_s: float, h
 def spectral_s(m: Machine, gpus: int, row: dict[str, Any]) -> float:
     """A step of the spectral transform (one inverse, one direct: two transpositions) over the GPUs: FFT and
     Legendre divided among them, each transposition an all-to-all of the Fourier data plus the local copy of the
-    block a GPU keeps."""
+    block a GPU keeps, at the HBM copy bandwidth measured beside the one-GPU run (``hbm_GBps``)."""
     split = row["split_s"]
     compute = (split["legendre"] + split["fft"]) / gpus
+    if gpus == 1:
+        return compute + split["transposition"]  # none on one GPU now; a local copy in runs before 2026-11-24
     data = row["points"] * row["batch"] * SPECTRAL_BYTES_PER_VALUE  # one transposition, all GPUs together
-    local = split["transposition"] / gpus**2  # the kept block, at the one-GPU copy rate
     per_peer = data / gpus**2
+    local = 2 * 2 * per_peer / (row["hbm_GBps"] * 1e9)  # the kept block, read and written, in each transposition
     return compute + local + 2 * alltoall_s(m, gpus, per_peer)
 
 

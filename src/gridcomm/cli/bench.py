@@ -459,6 +459,10 @@ def bench_spectral(
         use_local_gpu(comm)
     grid_list = name_list(grids, "--grids")
     transport_list = name_list(transports, "--transports")
+    if comm.size == 1 and len(transport_list) > 1:  # one rank transposes nothing: every transport is the same run
+        if comm.rank == 0:
+            console.print(f"one rank has no transposition: one case per grid, not one per transport {transport_list}")
+        transport_list = transport_list[:1]
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list) * len(transport_list))

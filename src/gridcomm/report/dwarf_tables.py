@@ -213,7 +213,7 @@ def spectral(result: Result) -> list[FigureTable]:
             "round-trip error": Cell(text=f"{r['round_trip_error']:.1e}"),
         }
         if gpu:
-            seed = versus.SPECTRAL_BY_TRANSPORT.get(r["transport"])
+            seed = versus.spectral_seed(r["transport"])
             cells |= {
                 "seed 000 Fig. 4, nearest method": Cell(text=versus.seed_text(seed)),
                 "step / seed": cell(versus.per_seed(r["time_per_step_s"], seed)),
@@ -229,9 +229,10 @@ def spectral(result: Result) -> list[FigureTable]:
         table.notes.append(
             f"Seed: {seeds.SEED_000}, {seeds.SPECTRAL_PROBLEM}. Figure 4's methods: "
             + "; ".join(f"{f.text()}: {f.what}" for f in versus.SPECTRAL_BY_TRANSPORT.values())
-            + f"; our staged stands beside its original, mpi beside CUDA-aware MPI, ipc beside its custom "
-            f"all-to-all; nccl has no counterpart. Its energy: {seeds.SPECTRAL_JOULES_PER_STEP.text()} per "
-            f"timestep ({seeds.SPECTRAL_JOULES_PER_STEP.where}, {seeds.SPECTRAL_WATTS_PER_GPU.text()} per GPU)."
+            + "; our staged stands beside its original, mpi beside CUDA-aware MPI, ipc and one GPU (no "
+            "transposition) beside its custom all-to-all; nccl has no counterpart. Its energy: "
+            f"{seeds.SPECTRAL_JOULES_PER_STEP.text()} per timestep ({seeds.SPECTRAL_JOULES_PER_STEP.where}, "
+            f"{seeds.SPECTRAL_WATTS_PER_GPU.text()} per GPU)."
         )
     else:
         table.notes += [

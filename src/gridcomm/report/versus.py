@@ -24,7 +24,15 @@ SPECTRAL_BY_TRANSPORT: dict[str, SeedFigure] = {
     "mpi": seeds.SPECTRAL_CUDA_AWARE,
     "ipc": seeds.SPECTRAL_IPC,
 }
+#: One rank transposes nothing (transport "none"): its step stands beside the seed's fastest, the custom
+#: all-to-all.
+SPECTRAL_WITHOUT_TRANSPOSITION = seeds.SPECTRAL_IPC
 SPECTRAL_GRID = "O640"  # TCO639: cubic octahedral truncation 639 on the octahedral grid O640
+
+
+def spectral_seed(transport: str) -> SeedFigure | None:
+    """The seed's Figure 4 method nearest to a spectral step over ``transport`` (None: no counterpart)."""
+    return SPECTRAL_WITHOUT_TRANSPOSITION if transport == "none" else SPECTRAL_BY_TRANSPORT.get(transport)
 
 
 def seed_text(figure: SeedFigure | None) -> str:
