@@ -460,8 +460,7 @@ def bench_spectral(
     grid_list = name_list(grids, "--grids")
     transport_list = name_list(transports, "--transports")
     if comm.size == 1 and len(transport_list) > 1:  # one rank transposes nothing: every transport is the same run
-        if comm.rank == 0:
-            console.print(f"one rank has no transposition: one case per grid, not one per transport {transport_list}")
+        console.print(f"one rank has no transposition: one case per grid, not one per transport of {transports}")
         transport_list = transport_list[:1]
     rows = []
     with progress(comm.rank == 0) as bar:
