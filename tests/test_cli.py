@@ -146,6 +146,16 @@ def test_bench_spectral_writes_results_and_plot(tmp_path):
     assert payload["machine"]["date"] and path.with_suffix(".png").stat().st_size > 10_000
 
 
+def test_bench_spectral_on_one_rank_runs_one_case_per_grid(tmp_path):
+    """One rank transposes nothing, so a list of transports gives one case per grid, said so, transport "none"."""
+    out = gridcomm("bench", "spectral", "--np", "1", "--grids", "O16", "--levels", "2", "--steps", "1",
+                   "--transports", "cma,mpi", "--out", str(tmp_path))  # fmt: skip
+    assert "one rank has no transposition" in out
+    (path,) = tmp_path.glob("spectral-cpu-1r-*.json")
+    (row,) = json.loads(path.read_text())["results"]
+    assert row["transport"] == "none" and row["split_s"]["transposition"] < 0.01
+
+
 def test_help_texts_hold_no_square_brackets():
     """rich reads [text] in a help string as markup and drops it: units such as [s] vanished from --help."""
     import typer
