@@ -24,7 +24,7 @@ from gridcomm.apps.mpdata.cuda_kernels import PHASES, KernelShape
 from gridcomm.apps.mpdata.driver import setup_mpdata
 from gridcomm.bench.ceilings import hbm_copy_gbps, time_gpu
 from gridcomm.bench.machine import machine_info
-from gridcomm.bench.mpdata import benchmark_case, kernel_bytes, phase_positions
+from gridcomm.bench.mpdata import benchmark_case, kernel_bytes, phase_positions, step_launches
 from gridcomm.bench.results import write_results
 from gridcomm.comm import Communicator
 from gridcomm.gpu import use_local_gpu
@@ -46,8 +46,8 @@ def time_shapes(comm: Communicator, mesh: MedianDualMesh, levels: int, hbm: floa
         solver.run(5)
         k, t = solver.kernels, solver.tables
         for phase in kernels:
-            keys = [key for key in k.launches(phase) if phase != "corrective" or key[1] == "1"]
-            nbytes = sum(kernel_bytes(t, phase, phase_positions(t, key)) for key in keys)
+            keys = step_launches(k, phase, solver.fct)
+            nbytes = sum(kernel_bytes(t, phase, phase_positions(t, key), solver.fct) for key in keys)
             for shape in shapes:
                 if levels % shape.levels_per_thread:
                     continue

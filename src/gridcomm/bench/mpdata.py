@@ -111,6 +111,14 @@ def field_checksum(comm: Communicator, setup: Any) -> str:
     return comm.mpi.bcast(total, root=0)
 
 
+def step_launches(kernels: Any, phase: str, fct: bool) -> list[tuple[str, str]]:
+    """The launch keys of ``phase`` that a step runs (``kernels``: a CudaMpdata): the bounds only with FCT, and of
+    the corrective pass's two launches the one with its limiter as ``fct`` says."""
+    if phase == "bounds" and not fct:
+        return []
+    return [key for key in kernels.launches(phase) if phase != "corrective" or key[1] == str(int(fct))]
+
+
 def time_kernels(comm: Communicator, solver: Any, step_s: float, hbm: float) -> list[dict[str, Any]]:
     """Each kernel launch of a step timed alone (repeated: every kernel reads only what others write), its
     fewest bytes, bandwidth, share of the HBM copy bandwidth and share of the step."""
@@ -118,11 +126,7 @@ def time_kernels(comm: Communicator, solver: Any, step_s: float, hbm: float) -> 
     rows = []
     phases = PHASES if solver.iterations else ("upwind",)
     for phase in phases:
-        if phase == "bounds" and not solver.fct:
-            continue
-        for key in kernels.launches(phase):
-            if phase == "corrective" and key[1] != str(int(solver.fct)):
-                continue
+        for key in step_launches(kernels, phase, solver.fct):
             timing = time_gpu(comm, lambda key=key: kernels.run_launch(key), samples=5)
             nbytes = kernel_bytes(t, phase, phase_positions(t, key), solver.fct)
             rate = nbytes / timing.median / 1e9

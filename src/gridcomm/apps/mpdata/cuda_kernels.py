@@ -90,7 +90,7 @@ def common_degree(sign_tab: np.ndarray, share: float = COMMON_SHARE) -> int:
 
 
 def edge_codes(edge_tab: np.ndarray, sign_tab: np.ndarray) -> np.ndarray:
-    """The node-to-edge table as mpdata.cu reads it: each slot's local edge times 4 plus its sign's tag."""
+    """Each slot's edge code, the first column of :func:`slot_table`: its local edge times 4 plus its sign's tag."""
     if len(edge_tab) and int(edge_tab.max()) >= 2**29:
         raise ValueError(f"{int(edge_tab.max()) + 1} local edges: the GPU edge table holds 2^29; use more ranks")
     tags = np.zeros(sign_tab.shape, np.int64)
