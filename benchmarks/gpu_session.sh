@@ -129,7 +129,6 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         ;;
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ;;
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;
-      tune-legendre) stage tune-legendre 300 $py benchmarks/tune_legendre.py --out "$dir/results" ${LEGENDRE_SHAPES:+--shapes $LEGENDRE_SHAPES} ;;
       tune-pipeline) stage tune-pipeline 300 $py benchmarks/tune_pipeline.py --out "$dir/results" ${TUNE_PIPELINE:-} ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
       tune-pack)  # the pack and unpack launches alone, 2 ranks (sharing the GPU where there is one), each timed alone
