@@ -36,17 +36,18 @@ class KernelShape:
 
 
 #: Each kernel's shape: the fastest measured alone on one H200 at O1280 x 32 levels (benchmarks/tune_mpdata.py,
-#: tune-mpdata-gpu-1r-20261124T054143Z, ...T055528Z, ...T060853Z, ...T061309Z; shapes within 3 % of each other
-#: swap places between machines). More levels per thread and more resident warps keep more of the gathers'
-#: bytes in flight, down to where the registers run out (spills) or too few warps are left to hide the
-#: latency; several items per thread help the edge kernel only. Fetching a thread's next item's table row
-#: ahead, while it loads the current item's fields, helped none of them once the code per item was short
-#: (tune-mpdata-gpu-1r-20261124T055528Z): taken out.
+#: tune-mpdata-gpu-1r-20261124T054143Z, ...T055528Z, ...T060853Z, ...T061309Z, ...T093211Z; shapes within 3 % of
+#: each other swap places between machines). More levels per thread and more resident warps keep more of the
+#: gathers' bytes in flight, down to where the registers run out (spills) or too few warps are left to hide the
+#: latency: the upwind pass and the bounds fit 5 blocks per SM at 4 and 2 levels per thread (3 % and 7 % faster
+#: than 4 blocks, ...T093211Z). Several items per thread help the edge kernel only. Fetching a thread's next
+#: item's table row ahead, while it loads the current item's fields, helped none of them once the code per item
+#: was short (tune-mpdata-gpu-1r-20261124T055528Z): taken out.
 KERNEL_SHAPES: dict[str, KernelShape] = {
-    "upwind": KernelShape(4, 4, 1),
+    "upwind": KernelShape(4, 5, 1),
     "gradient": KernelShape(4, 4, 1),
     "fluxes": KernelShape(2, 4, 8),
-    "bounds": KernelShape(2, 4, 1),
+    "bounds": KernelShape(2, 5, 1),
     "corrective": KernelShape(4, 4, 1),
 }
 
