@@ -19,7 +19,9 @@
 // then share out the group's bins (one contiguous range of the half spectra), each summing its bins' terms from
 // there and storing them in turn. Every F_c is read from memory once however many bins it folds onto: the rows
 // shorter than 2M, whose bins gather several terms each from all over the m axis, cost no more than the others.
-#define FOLD_GROUP 8
+#ifndef FOLD_GROUP
+#define FOLD_GROUP 8  // fourier.py's FOLD_GROUP, which it passes when it compiles this file
+#endif
 extern "C" __global__ void gridcomm_fold(
     const double2* __restrict__ fourier, int count, int rows, int batch, int batch_per_block,
     int group, const long long* __restrict__ bin_offsets, const long long* __restrict__ first,

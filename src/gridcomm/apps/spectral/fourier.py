@@ -231,7 +231,7 @@ class RowFFTs:
             if count == 0 or nrows == 0 or batch == 0:
                 return
             group, shared = fold_group(count)
-            kernel = package_kernel(__package__, SOURCE, "gridcomm_fold")
+            kernel = _kernel("gridcomm_fold")
             if shared > DEFAULT_SHARED_BYTES and kernel.max_dynamic_shared_size_bytes < shared:  # one row per block
                 runtime = self.xp.cuda.runtime
                 most = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, runtime.getDevice())
@@ -384,4 +384,10 @@ def _launch_tiles(name: str, across: int, rows: int, batch: int, args: tuple[Any
     if across == 0 or rows == 0 or batch == 0:
         return
     grid = (-(-across // TILE), -(-rows // TILE), -(-batch // BATCH_PER_BLOCK))
-    package_kernel(__package__, SOURCE, name)(grid, (TILE, THREADS // TILE), args)
+    _kernel(name)(grid, (TILE, THREADS // TILE), args)
+
+
+def _kernel(name: str) -> Any:
+    """Kernel ``name`` of fourier.cu, compiled with this module's FOLD_GROUP, which sizes the fold's shared
+    arrays (so that the group ``fold_group`` launches with always fits them)."""
+    return package_kernel(__package__, SOURCE, name, ("-std=c++17", f"-DFOLD_GROUP={FOLD_GROUP}"))
