@@ -67,6 +67,11 @@ sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py',
 '--out', '$dir/results']))"
         stage probe-waits-1rank 120 $py benchmarks/probe_host_waits.py --label one-rank --out "$dir/results"
         ;;
+      peers-setup)  # the benchmarks' peer libraries from the carried wheels (.whl/peers: ducc0), into /tmp/site
+        stage peers-setup 60 $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+          --target /tmp/site .whl/peers/*.whl
+        export PYTHONPATH="/tmp/site:$PYTHONPATH"
+        ;;
       env)
         stage env 60 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
 print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", numpy.__version__); \

@@ -144,6 +144,18 @@ def test_bench_spectral_writes_results_and_plot(tmp_path):
         "legendre", "fft", "transposition"
     }  # fmt: skip
     assert payload["machine"]["date"] and path.with_suffix(".png").stat().st_size > 10_000
+    # The peer: the same step by ducc0 (a test dependency) on the node's CPUs, right to round-off.
+    assert row["ducc0_step_s"] > 0 and row["ducc0_threads_per_rank"] >= 1 and row["ducc0_round_trip_error"] < 1e-12
+    assert row["ducc0_over_step"] == pytest.approx(row["ducc0_step_s"] / row["time_per_step_s"])
+    assert f"ducc0 {row['ducc0_version']}: the same step" in out
+
+
+def test_bench_spectral_without_its_peer(tmp_path):
+    gridcomm("bench", "spectral", "--np", "1", "--grids", "O16", "--levels", "1", "--steps", "1", "--no-peer",
+             "--out", str(tmp_path))  # fmt: skip
+    (path,) = tmp_path.glob("spectral-cpu-1r-*.json")
+    payload = json.loads(path.read_text())
+    assert payload["config"]["peer"] is False and payload["results"][0]["ducc0_step_s"] is None
 
 
 def test_bench_spectral_on_one_rank_runs_one_case_per_grid(tmp_path):

@@ -295,6 +295,11 @@ def test_quick_cpu_report_runs_under_mpi_and_every_figure_comes_from_that_run(tm
             for r in payload["results"]:
                 (row,) = table_rows(md, r["grid"], str(r["levels"]))
                 assert f"| {number(r['median_s'] * 1e3)} |" in row and "| not measured |" in row
+        if payload["benchmark"] == "spectral":  # its peer, ducc0, timed in the same run
+            for r in payload["results"]:
+                (row,) = table_rows(md, f"{r['grid']} T{r['truncation']}", r["transport"])
+                assert f"| {number(r['ducc0_step_s'] * 1e3)} | {number(r['ducc0_over_step'])} |" in row, row
+            assert f"by ducc0 {payload['results'][0]['ducc0_version']} on the node's CPUs" in md
     assert "3 of 3 benchmark(s) ran, 0 failed" in md and "gridcomm bench halo --np 2 --quick --out raw" in md
     assert "=== ok in" in (out / "log.txt").read_text()
     assert "| cma [µs] |" in md and "floor: Isend/Irecv [µs]" in md and "| mpi |" in md  # peers of the same run

@@ -276,14 +276,24 @@ class Communicator:
         """Whether device buffers may be handed to this MPI (see ``mpi_cuda_aware``)."""
         return mpi_cuda_aware()
 
-    @functools.cached_property
+    @property
     def local_rank(self) -> int:
         """This rank's index among the ranks on the same node (used to pick a GPU)."""
+        return self._node[0]
+
+    @property
+    def local_size(self) -> int:
+        """The number of this communicator's ranks on this rank's node (they share its CPUs and GPUs)."""
+        return self._node[1]
+
+    @functools.cached_property
+    def _node(self) -> tuple[int, int]:
+        """(rank, size) among the ranks on the same node; collective on first use."""
         from mpi4py import MPI
 
         node = self.mpi.Split_type(MPI.COMM_TYPE_SHARED)
         try:
-            return node.Get_rank()
+            return node.Get_rank(), node.Get_size()
         finally:
             node.Free()
 

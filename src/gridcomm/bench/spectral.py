@@ -1,11 +1,15 @@
 """``gridcomm bench spectral``: time per step of the spectral-transform dwarf and its split, each phase beside
 its ceiling measured in the same run: the Legendre products against a batched FP64 matrix product of the shape
 they run (cuBLAS on the GPU, the host's BLAS on the CPU), and, on the GPU, the FFT phase's bytes against the
-HBM copy bandwidth."""
+HBM copy bandwidth. Beside the whole step stands its peer, measured in the same run: the same transforms by
+ducc0 (``ducc0.sht``, a multithreaded CPU library, the one that tests/test_spectral.py checks against) on the
+node's CPUs."""
 
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,58 @@ def matmul_gflops(
     return flops / timing.minimum / 1e9
 
 
+def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch: int) -> dict[str, Any] | None:
+    """The dwarf's step done by ducc0 on the node's CPUs (collective): each rank synthesises its share of the
+    ``batch`` fields (one ``ducc0.sht.synthesis`` call for all of them) and analyses them back (the adjoint
+    synthesis of the values times each point's quadrature area, Gauss quadrature as in the dwarf), with the node's
+    CPUs shared evenly between its ranks. One warm-up call on one field, then one step timed.
+
+    Returns ``step_s`` (the slowest rank's seconds for the step), ``threads`` per rank, ``version`` and
+    ``round_trip_error`` (largest |a - direct(inverse(a))| over largest |a|, all ranks); None where ducc0 is not
+    installed (it comes with the ``test`` extra)."""
+    try:
+        import ducc0
+    except ImportError:
+        return None
+    from ..apps.spectral.dwarf import random_coefficients
+
+    threads = max(1, (os.cpu_count() or 1) // comm.local_size)
+    rings = {
+        "theta": np.pi / 2 - grid.latitudes,
+        "nphi": grid.nlon.astype(np.uintp),
+        "phi0": np.zeros(2 * grid.N),
+        "ringstart": grid.offsets[:-1].astype(np.uintp),
+        "lmax": truncation,
+        "spin": 0,
+        "nthreads": threads,
+    }
+    area = (2 * np.pi * grid.weights / grid.nlon)[grid.row]  # each point's quadrature weight
+    share = len(np.array_split(np.arange(batch), comm.size)[comm.rank])
+    a = random_coefficients(truncation, np.arange(truncation + 1), max(share, 1), seed=comm.rank)[:share, None, :]
+
+    def step() -> np.ndarray:
+        values = ducc0.sht.synthesis(alm=a, **rings)
+        values *= area
+        return ducc0.sht.adjoint_synthesis(map=values, **rings)
+
+    if share:
+        ducc0.sht.synthesis(alm=a[:1], **rings)  # warm-up: ducc0's threads and tables
+    comm.mpi.Barrier()
+    start = time.perf_counter()
+    back = step() if share else a
+    seconds = time.perf_counter() - start
+    from mpi4py import MPI
+
+    error = comm.mpi.allreduce(float(np.max(np.abs(back - a), initial=0.0)), op=MPI.MAX)
+    scale = comm.mpi.allreduce(float(np.max(np.abs(a), initial=0.0)), op=MPI.MAX)
+    return {
+        "step_s": comm.mpi.allreduce(seconds, op=MPI.MAX),
+        "threads": threads,
+        "version": ducc0.__version__,
+        "round_trip_error": error / scale if scale else 0.0,
+    }
+
+
 def benchmark_spectral(
     comm: Communicator,
     grid: str,
@@ -60,10 +116,12 @@ def benchmark_spectral(
     gpu: bool = False,
     graphs: bool | None = None,
     fft_streams: int | None = None,
+    peer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
     the matrix-product rate measured here and its share of it, the FFT phase's bandwidth (``fft_bytes`` per
-    rank over its time) beside the HBM copy bandwidth on the GPU (None on the CPU), and the round-trip error.
+    rank over its time) beside the HBM copy bandwidth on the GPU (None on the CPU), and the round-trip error;
+    ``peer`` (``ducc0_peer`` of the same grid and batch) as ``ducc0_*`` entries, None where not given.
     Rates per rank assume the work is shared evenly (wavenumbers in pairs, rows by points)."""
     octahedral = OctahedralGrid(grid)
     r = run_spectral(
@@ -95,6 +153,11 @@ def benchmark_spectral(
         "hbm_GBps": hbm,
         "fft_share_of_hbm": fft_rate / hbm if fft_rate is not None and hbm else None,
         "transposition_fraction": r["split_s"]["transposition"] / r["time_per_step_s"],
+        "ducc0_step_s": peer and peer["step_s"],
+        "ducc0_threads_per_rank": peer and peer["threads"],
+        "ducc0_version": peer and peer["version"],
+        "ducc0_round_trip_error": peer and peer["round_trip_error"],
+        "ducc0_over_step": peer and peer["step_s"] / r["time_per_step_s"],
     }
 
 

@@ -441,16 +441,24 @@ def bench_spectral(
     fft_streams: Annotated[
         int | None, typer.Option(help="With --gpu: CUDA streams the row FFTs are spread over (default 4).")
     ] = None,
+    peer: Annotated[
+        bool,
+        typer.Option(
+            "--peer/--no-peer", help="Time the same step by ducc0 on the node's CPUs, once per grid (needs ducc0)."
+        ),
+    ] = True,
     out: OutOption = Path("benchmarks/results"),
 ) -> None:
     """Time per step of the spectral-transform dwarf and its split (Legendre, FFT, transposition), the
     Legendre rate beside a batched FP64 matrix product of the same shape and, with --gpu, the FFT phase's
-    bandwidth beside the HBM copy bandwidth, all measured in the same run."""
+    bandwidth beside the HBM copy bandwidth; beside the step, the same step by ducc0 on the CPUs of the node.
+    All measured in the same run."""
     ranks_or_relaunch(nprocs)
     from ..bench.machine import machine_info
     from ..bench.results import write_results
-    from ..bench.spectral import benchmark_spectral, plot_spectral
+    from ..bench.spectral import benchmark_spectral, ducc0_peer, plot_spectral
     from ..comm import Communicator
+    from ..grids.octahedral import OctahedralGrid
 
     comm = Communicator()
     if gpu:
@@ -466,10 +474,14 @@ def bench_spectral(
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list) * len(transport_list))
         for grid in grid_list:
+            octahedral = OctahedralGrid(grid)
+            versus = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
             for transport in transport_list:  # the seed's Figure 4: the same step over each transport
                 options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
                 rows.append(
-                    benchmark_spectral(comm, grid, **options, gpu=gpu, graphs=gpu and graphs, fft_streams=fft_streams)
+                    benchmark_spectral(
+                        comm, grid, **options, gpu=gpu, graphs=gpu and graphs, fft_streams=fft_streams, peer=versus
+                    )
                 )
                 bar.advance(task)
     if comm.rank == 0:
@@ -483,6 +495,7 @@ def bench_spectral(
             "gpu": gpu,
             "graphs": gpu and graphs,
             "fft_streams": fft_streams,
+            "peer": peer,
         }
         path = write_results(out, "spectral", machine, config, rows)
         png = plot_spectral({"machine": machine, "results": rows}, path.with_suffix(".png"))
@@ -502,15 +515,23 @@ def bench_spectral(
                 "-" if r["hbm_GBps"] is None else f"{r['hbm_GBps']:.0f} ({100 * r['fft_share_of_hbm']:.1f} %)",
                 "-" if r["joules_per_step"] is None else f"{r['joules_per_step']:.2f}",
                 f"{r['round_trip_error']:.1e}",
+                "-" if r["ducc0_step_s"] is None else f"{r['ducc0_step_s'] * 1e3:.1f} ({r['ducc0_over_step']:.1f}x)",
             ]
             for r in rows
         ]
         columns = ["grid", "transport", "batch", "step (ms)", "legendre", "fft", "transp.", "transp. share",
                    "Legendre GFLOP/s / FP64 GEMM (share)", "FFT GB/s", "HBM GB/s (FFT share)", "J/step",
-                   "round trip"]  # fmt: skip
+                   "round trip", "ducc0 step (ms; / ours)"]  # fmt: skip
         where = "GPU" if gpu else "CPU"
         title = f"spectral transform on {comm.size} rank(s), {where} (slowest rank per phase; rates per rank)"
         console.print(table(title, columns, body))
+        if rows and rows[0]["ducc0_step_s"] is not None:
+            console.print(
+                f"ducc0 {rows[0]['ducc0_version']}: the same step on this node's CPUs, "
+                f"{rows[0]['ducc0_threads_per_rank']} thread(s) on each of {comm.size} rank(s)"
+            )
+        elif peer:
+            console.print("ducc0 is not installed: no peer timed (pip install ducc0, or the test extra)")
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
 

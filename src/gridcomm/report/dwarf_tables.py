@@ -186,6 +186,8 @@ def spectral(result: Result) -> list[FigureTable]:
         Column("ceiling: HBM copy", "GB/s"),
         JOULES,
         Column("round-trip error", compared=False),
+        Column("peer: ducc0 on the CPUs", "ms"),
+        Column("ducc0 / step", "x"),
     ]
     if gpu:
         columns += [
@@ -211,6 +213,8 @@ def spectral(result: Result) -> list[FigureTable]:
             "ceiling: HBM copy": cell(r.get("hbm_GBps"), why="— (CPU)" if not gpu else "—"),
             "energy per step": _energy(r, NO_ENERGY_OLD) if gpu else Cell(text=NO_ENERGY),
             "round-trip error": Cell(text=f"{r['round_trip_error']:.1e}"),
+            "peer: ducc0 on the CPUs": cell(r.get("ducc0_step_s"), MS, why="not timed"),
+            "ducc0 / step": cell(r.get("ducc0_over_step")),
         }
         if gpu:
             seed = versus.spectral_seed(r["transport"])
@@ -222,6 +226,14 @@ def spectral(result: Result) -> list[FigureTable]:
                 ),
             }
         table.add((f"{r['grid']} T{r['truncation']}", r["transport"], r["batch"]), cells)
+    timed = next((r for r in rows if r.get("ducc0_step_s") is not None), None)
+    table.notes.append(
+        f"Peer: the same step (one inverse, one direct transform of the same fields) by ducc0 "
+        f"{timed['ducc0_version']} on the node's CPUs, {timed['ducc0_threads_per_rank']} thread(s) on each rank, "
+        "measured in the same run."
+        if timed
+        else "Peer: ducc0 was not installed where this ran (or --no-peer): not timed."
+    )
     if gpu:
         for grid in dict.fromkeys(r["grid"] for r in rows):
             first = next(r for r in rows if r["grid"] == grid)
