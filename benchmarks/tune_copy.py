@@ -64,11 +64,14 @@ def main() -> int:
     parser.add_argument("--unroll", default="1,2,4,8")
     parser.add_argument("--blocks-per-sm", default="4,8,16")
     parser.add_argument("--piece-units", default="0", help="units per piece dealt out in turn (0: one share)")
+    parser.add_argument("--halos", default=",".join(f"{c.n}x{c.fields}" for c in HALOS),
+                        help="halo cases n x fields, comma-separated (60 levels, halo 3)")  # fmt: skip
     parser.add_argument("--halos-only", action="store_true", help="leave the ipc transfers out")
     parser.add_argument("--samples", type=int, default=5)
     args = parser.parse_args()
     if not under_launcher():
         return run_under_mpiexec(2, [sys.executable, __file__, *sys.argv[1:]])
+    halos = [HaloCase(*(int(x) for x in case.split("x")), 60, 3) for case in args.halos.split(",")]
     comm = Communicator()
     use_local_gpu(comm)
     hbm = hbm_copy_gbps(comm)
@@ -81,7 +84,10 @@ def main() -> int:
     for unroll, blocks_per_sm, piece_units in variants:
         cuda.UNROLL, cuda.BLOCKS_PER_SM, cuda.PIECE_UNITS = unroll, blocks_per_sm, piece_units
         transfer = [] if args.halos_only else run_transfer(comm, SIZES, {"ipc": "ipc"}, args.samples)
-        halos = [pack_unpack_gbps(comm, case, args.samples) for case in HALOS]
+        rates = []
+        for case in halos:
+            rates.append(pack_unpack_gbps(comm, case, args.samples))
+            cupy.get_default_memory_pool().free_all_blocks()  # the next case's fields, and cudaMalloc's, need it
         contiguous = contiguous_gbps(comm, CONTIGUOUS, args.samples)
         row = {
             "unroll": unroll,
@@ -99,7 +105,7 @@ def main() -> int:
             "contiguous_GBps": contiguous,
             "halos": [
                 {"n": c.n, "fields": c.fields, "pack_GBps": p, "unpack_GBps": u, "hbm_copy_GBps": hbm}
-                for c, (p, u) in zip(HALOS, halos, strict=True)
+                for c, (p, u) in zip(halos, rates, strict=True)
             ],
         }
         rows.append(row)
@@ -120,7 +126,7 @@ def main() -> int:
     gpus = gpus_in_use(comm)
     if comm.rank == 0:
         sizes = [] if args.halos_only else list(SIZES)
-        config = {"sizes": sizes, "halos": [dataclasses.asdict(c) for c in HALOS], "samples": args.samples}
+        config = {"sizes": sizes, "halos": [dataclasses.asdict(c) for c in halos], "samples": args.samples}
         print(write_results(args.out, "tune-copy", machine_info(comm.size, gpus_used=gpus), config, rows))
     comm.close()
     return 0
