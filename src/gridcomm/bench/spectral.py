@@ -56,8 +56,9 @@ def matmul_gflops(
 def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch: int) -> dict[str, Any] | None:
     """The dwarf's step done by ducc0 on the node's CPUs (collective): each rank synthesises its share of the
     ``batch`` fields (one ``ducc0.sht.synthesis`` call for all of them) and analyses them back (the adjoint
-    synthesis of the values times each point's quadrature area, Gauss quadrature as in the dwarf), with the node's
-    CPUs shared evenly between its ranks. One warm-up call on one field, then one step timed.
+    synthesis of the values times each point's quadrature area, Gauss quadrature as in the dwarf), on an equal
+    share of the node's CPUs (or on those it is bound to, where fewer). One warm-up call on one field, then one
+    step timed.
 
     Returns ``step_s`` (the slowest rank's seconds for the step), ``threads`` per rank, ``version`` and
     ``round_trip_error`` (largest |a - direct(inverse(a))| over largest |a|, all ranks); None where ducc0 is not
@@ -68,7 +69,8 @@ def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch:
         return None
     from ..apps.spectral.dwarf import random_coefficients
 
-    threads = max(1, (os.cpu_count() or 1) // comm.local_size)
+    # An equal share of the node's CPUs (as the launcher gives each rank's BLAS), fewer where the rank is bound.
+    threads = max(1, min(len(os.sched_getaffinity(0)), (os.cpu_count() or 1) // comm.local_size))
     rings = {
         "theta": np.pi / 2 - grid.latitudes,
         "nphi": grid.nlon.astype(np.uintp),
@@ -89,7 +91,7 @@ def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch:
 
     if share:
         ducc0.sht.synthesis(alm=a[:1], **rings)  # warm-up: ducc0's threads and tables
-    comm.mpi.Barrier()
+    comm.rendezvous("bench spectral's ducc0 peer")
     start = time.perf_counter()
     back = step() if share else a
     seconds = time.perf_counter() - start
