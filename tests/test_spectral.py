@@ -17,6 +17,7 @@ from gridcomm.apps.spectral import (
 from gridcomm.apps.spectral.fourier import folding_table, plan_folding
 from gridcomm.apps.spectral.legendre import legendre_functions
 from gridcomm.apps.spectral.transform import MAX_BUCKETS
+from gridcomm.bench.spectral import ducc0_geometry
 from gridcomm.grids.octahedral import OctahedralGrid
 
 GRIDS = [16, 24, 32, 64]
@@ -33,12 +34,7 @@ def random_coefficients(truncation: int, batch: int, seed: int) -> np.ndarray:
 
 def ducc0_synthesis(grid: OctahedralGrid, truncation: int, a: np.ndarray) -> np.ndarray:
     ducc0 = pytest.importorskip("ducc0")
-    rings = {
-        "theta": np.pi / 2 - grid.latitudes,
-        "nphi": grid.nlon.astype(np.uintp),
-        "phi0": np.zeros(2 * grid.N),
-        "ringstart": grid.offsets[:-1].astype(np.uintp),
-    }
+    rings, _ = ducc0_geometry(grid)
     return np.stack([ducc0.sht.synthesis(alm=row[None, :], lmax=truncation, spin=0, **rings)[0] for row in a])
 
 
@@ -62,13 +58,7 @@ def test_direct_matches_the_weighted_adjoint_of_ducc0(n):
     grid = OctahedralGrid(n)
     transform = SpectralTransform(grid)
     values = np.random.default_rng(n).standard_normal((2, grid.size))
-    area = (2 * np.pi * grid.weights / grid.nlon)[grid.row]
-    rings = {
-        "theta": np.pi / 2 - grid.latitudes,
-        "nphi": grid.nlon.astype(np.uintp),
-        "phi0": np.zeros(2 * grid.N),
-        "ringstart": grid.offsets[:-1].astype(np.uintp),
-    }
+    rings, area = ducc0_geometry(grid)
     want = np.stack(
         [
             ducc0.sht.adjoint_synthesis(map=(v * area)[None, :], lmax=transform.truncation, spin=0, **rings)[0]

@@ -53,6 +53,19 @@ def matmul_gflops(
     return flops / timing.minimum / 1e9
 
 
+def ducc0_geometry(grid: OctahedralGrid) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The grid for ducc0's transforms on arbitrary rings: (``theta``, ``nphi``, ``phi0``, ``ringstart``: the rows'
+    colatitudes [rad], points, first longitude [rad] and first point), and each point's quadrature area
+    2 pi w_row / n_row [sr], by which the adjoint synthesis of a field becomes its Gauss quadrature."""
+    rings = {
+        "theta": np.pi / 2 - grid.latitudes,
+        "nphi": grid.nlon.astype(np.uintp),
+        "phi0": np.zeros(2 * grid.N),
+        "ringstart": grid.offsets[:-1].astype(np.uintp),
+    }
+    return rings, (2 * np.pi * grid.weights / grid.nlon)[grid.row]
+
+
 def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch: int) -> dict[str, Any] | None:
     """The dwarf's step done by ducc0 on the node's CPUs (collective): each rank synthesises its share of the
     ``batch`` fields (one ``ducc0.sht.synthesis`` call for all of them) and analyses them back (the adjoint
@@ -71,16 +84,8 @@ def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch:
 
     # An equal share of the node's CPUs (as the launcher gives each rank's BLAS), fewer where the rank is bound.
     threads = max(1, min(len(os.sched_getaffinity(0)), (os.cpu_count() or 1) // comm.local_size))
-    rings = {
-        "theta": np.pi / 2 - grid.latitudes,
-        "nphi": grid.nlon.astype(np.uintp),
-        "phi0": np.zeros(2 * grid.N),
-        "ringstart": grid.offsets[:-1].astype(np.uintp),
-        "lmax": truncation,
-        "spin": 0,
-        "nthreads": threads,
-    }
-    area = (2 * np.pi * grid.weights / grid.nlon)[grid.row]  # each point's quadrature weight
+    geometry, area = ducc0_geometry(grid)
+    rings = {**geometry, "lmax": truncation, "spin": 0, "nthreads": threads}
     share = len(np.array_split(np.arange(batch), comm.size)[comm.rank])
     a = random_coefficients(truncation, np.arange(truncation + 1), max(share, 1), seed=comm.rank)[:share, None, :]
 
