@@ -87,7 +87,7 @@ def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch:
     geometry, area = ducc0_geometry(grid)
     rings = {**geometry, "lmax": truncation, "spin": 0, "nthreads": threads}
     share = len(np.array_split(np.arange(batch), comm.size)[comm.rank])
-    a = random_coefficients(truncation, np.arange(truncation + 1), max(share, 1), seed=comm.rank)[:share, None, :]
+    a = random_coefficients(truncation, np.arange(truncation + 1), share, seed=comm.rank)[:, None, :]
 
     def step() -> np.ndarray:
         values = ducc0.sht.synthesis(alm=a, **rings)

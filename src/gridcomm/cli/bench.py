@@ -475,12 +475,12 @@ def bench_spectral(
         task = bar.add_task("spectral cases", total=len(grid_list) * len(transport_list))
         for grid in grid_list:
             octahedral = OctahedralGrid(grid)
-            versus = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
+            peer_timing = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
             for transport in transport_list:  # the seed's Figure 4: the same step over each transport
                 options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
                 rows.append(
                     benchmark_spectral(
-                        comm, grid, **options, gpu=gpu, graphs=gpu and graphs, fft_streams=fft_streams, peer=versus
+                        comm, grid, **options, gpu=gpu, graphs=gpu and graphs, fft_streams=fft_streams, peer=peer_timing
                     )
                 )
                 bar.advance(task)
