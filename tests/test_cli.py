@@ -144,6 +144,9 @@ def test_bench_spectral_writes_results_and_plot(tmp_path):
         "legendre", "fft", "transposition"
     }  # fmt: skip
     assert payload["machine"]["date"] and path.with_suffix(".png").stat().st_size > 10_000
+    # The Legendre phase's matrix products alone run faster than the whole phase (the moves are left out).
+    assert 0 < row["legendre_products_s"] < row["split_s"]["legendre"]
+    assert row["legendre_products_share_of_matmul"] > row["legendre_share_of_matmul"] > 0
     # The peer: the same step by ducc0 (a test dependency) on the node's CPUs, right to round-off.
     assert row["ducc0_step_s"] > 0 and row["ducc0_threads_per_rank"] >= 1 and row["ducc0_round_trip_error"] < 1e-12
     assert row["ducc0_over_step"] == pytest.approx(row["ducc0_step_s"] / row["time_per_step_s"])

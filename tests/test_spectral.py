@@ -375,3 +375,45 @@ def test_one_rank_has_no_transposition():
             assert np.array_equal(dist.direct(values), back)
         with pytest.raises(TransportError, match="unknown"):
             DistributedTransform(comm, "O24", transport="carrier-pigeon")
+
+
+def test_product_clock_times_the_legendre_products_alone(monkeypatch):
+    """A transform's ProductClock is entered once per batched product (one per chunk and direction) and times
+    what runs inside it only: here the moves around the products are made to take 20 ms longer each, and none
+    of that is counted."""
+    import time
+
+    from gridcomm.apps.spectral import operands
+    from gridcomm.apps.spectral.transform import ProductClock
+
+    transform = SpectralTransform(24)
+    clock = transform.product_clock = ProductClock(np)
+    entered = []
+    timed = clock.timed
+    monkeypatch.setattr(clock, "timed", lambda: entered.append(1) or timed())
+    for name in ("unfold", "fold"):
+        move = getattr(operands, name)
+        monkeypatch.setattr(operands, name, lambda *args, move=move: time.sleep(0.02) or move(*args))
+    a = random_coefficients(transform.truncation, 3, 4)
+    start = time.perf_counter()
+    back = transform.legendre_direct(transform.legendre_inverse(a))
+    elapsed = time.perf_counter() - start
+    assert_close(back, a)
+    chunks = len(list(transform._chunks(3)))
+    assert len(entered) == 2 * chunks  # one product per chunk and direction
+    assert 0 < clock.seconds() < elapsed - 2 * chunks * 0.02
+    clock.reset()
+    assert clock.seconds() == 0.0
+    with clock.timed():
+        time.sleep(0.01)
+    assert clock.seconds() >= 0.01
+
+
+def test_run_spectral_splits_the_legendre_phase():
+    """run_spectral's Legendre phase holds its matrix products (``legendre_products_s``) and the moves."""
+    import gridcomm
+    from gridcomm.apps.spectral.dwarf import run_spectral
+
+    with gridcomm.Communicator() as comm:
+        r = run_spectral(comm, "O24", levels=2, fields=2, steps=2)
+    assert 0 < r["legendre_products_s"] < r["split_s"]["legendre"]

@@ -130,6 +130,10 @@ def test_dwarf_round_trip_on_one_gpu(cupy, grid):
     assert r["gpu"] is True
     assert r["round_trip_error"] < 1e-12
     assert set(r["split_s"]) == {"legendre", "fft", "transposition"} and r["time_per_step_s"] > 0
+    assert 0 < r["legendre_products_s"] < r["split_s"]["legendre"]  # CUDA events around each product
+    # Energy over steps of its own lasting at least a second (NVML's counter moves every few tens of ms).
+    assert r["energy"]["steps"] * r["time_per_step_s"] >= 0.99
+    assert (r["joules_per_step"] or 0) > 0 or "not available" in r["energy"]["why"]
 
 
 @pytest.mark.parametrize(("transport", "fft_streams"), [("ipc", 1), ("nccl", 1), ("staged", 1), ("ipc", 4)])

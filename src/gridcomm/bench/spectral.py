@@ -126,9 +126,11 @@ def benchmark_spectral(
     peer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
-    the matrix-product rate measured here and its share of it, the FFT phase's bandwidth (``fft_bytes`` per
-    rank over its time) beside the HBM copy bandwidth on the GPU (None on the CPU), and the round-trip error;
-    ``peer`` (``ducc0_peer`` of the same grid and batch) as ``ducc0_*`` entries, None where not given.
+    the matrix-product rate measured here and its share of it, for the whole Legendre phase and for its matrix
+    products alone (``legendre_products_*``: the phase less the moves of their operands), the FFT phase's
+    bandwidth (``fft_bytes`` per rank over its time) beside the HBM copy bandwidth on the GPU (None on the
+    CPU), and the round-trip error; ``peer`` (``ducc0_peer`` of the same grid and batch) as ``ducc0_*`` entries,
+    None where not given.
     Rates per rank assume the work is shared evenly (wavenumbers in pairs, rows by points)."""
     octahedral = OctahedralGrid(grid)
     r = run_spectral(
@@ -143,8 +145,10 @@ def benchmark_spectral(
     # one call: the chunks a GPU may cut a bucket into (to bound its work arrays) are not the ceiling's concern.
     stack = 2 * max(1, math.ceil((t + 1) / (comm.size * max_buckets(xp))))
     ceiling = matmul_gflops(comm, octahedral, t, batch, xp=xp, stack=stack)
-    legendre, fft = r["split_s"]["legendre"], r["split_s"]["fft"]
-    rate = legendre_flops(octahedral, t, batch) / comm.size / legendre / 1e9 if legendre else None
+    legendre, fft, products = r["split_s"]["legendre"], r["split_s"]["fft"], r["legendre_products_s"]
+    flops = legendre_flops(octahedral, t, batch) / comm.size
+    rate = flops / legendre / 1e9 if legendre else None
+    products_rate = flops / products / 1e9 if products else None
     hbm = None
     if gpu:
         from .ceilings import hbm_copy_gbps
@@ -156,6 +160,8 @@ def benchmark_spectral(
         "legendre_GFLOPs_per_rank": rate,
         "matmul_GFLOPs_per_rank": ceiling,
         "legendre_share_of_matmul": rate / ceiling if rate is not None else None,
+        "legendre_products_GFLOPs_per_rank": products_rate,
+        "legendre_products_share_of_matmul": products_rate / ceiling if products_rate is not None else None,
         "fft_GBps_per_rank": fft_rate,
         "hbm_GBps": hbm,
         "fft_share_of_hbm": fft_rate / hbm if fft_rate is not None and hbm else None,

@@ -30,7 +30,7 @@ from ...grids.octahedral import OctahedralGrid
 from ...pattern import Box
 from ...transports import requested
 from .distribution import row_bands, wavenumber_sets
-from .transform import SpectralTransform, coefficient_index
+from .transform import ProductClock, SpectralTransform, coefficient_index
 
 PHASES = ("legendre", "fft", "transposition")
 
@@ -50,7 +50,8 @@ class DistributedTransform:
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
-    ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank.
+    ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
+    ``products`` (a ProductClock) the part of the Legendre phase spent in its matrix products.
     With graphs, the arrays returned are the graphs' own outputs: the next ``inverse`` (``direct``) overwrites
     them, so copy what must be kept.
     """
@@ -110,6 +111,7 @@ class DistributedTransform:
             self._to_rows = Transposer(comm, on_legendre, on_fourier, *sides, transport)
             self._to_waves = Transposer(comm, on_fourier, on_legendre, *sides[::-1], transport)
         self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.products = self.transform.product_clock = ProductClock(xp)
         self._closed = False
         self.graphs = graphs
         self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
@@ -246,6 +248,8 @@ class _Timer:
     def __exit__(self, *exc: object) -> None:
         _synchronize(self.owner.xp)
         self.owner.seconds[self.phase] += time.perf_counter() - self.start
+        if self.phase == "legendre":
+            self.owner.products.seconds()  # read the products' events now that they are done: none pile up
 
 
 def _synchronize(xp: Any) -> None:
@@ -291,8 +295,10 @@ def run_spectral(
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s] and its split (legendre, fft, transposition; seconds per step, the
-    slowest rank per phase), ``gpu``, and the GPUs' energy per step [J] (``joules_per_step``, None off the GPU;
-    ``energy``: gridcomm.bench.energy's record of the timed steps)."""
+    slowest rank per phase), ``legendre_products_s`` (the slowest rank's seconds per step in the Legendre phase's
+    matrix products alone; the rest of that phase moves their operands), ``gpu``, and the GPUs' energy per step
+    [J] (``joules_per_step``, None off the GPU; ``energy``: gridcomm.bench.energy's record), measured after the
+    timed steps over steps of its own that last at least ``bench.energy.ENERGY_REGION_S``."""
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
     if levels < 1 or fields < 1 or steps < 1:
         raise ValueError(f"levels, fields and steps must be at least 1, got {levels}, {fields}, {steps}")
@@ -305,22 +311,21 @@ def run_spectral(
         a = xp.asarray(host)
         dist.direct(dist.inverse(a))  # warm-up step: caches, first touch of work arrays, connections, FFT plans
         dist.seconds = dict.fromkeys(PHASES, 0.0)
-        from ...bench.energy import EnergyMeter
-
-        with EnergyMeter(comm) as meter:  # collective; includes a barrier
-            start = time.perf_counter()
-            for step in range(steps):
-                values = dist.inverse(a)
-                back = dist.direct(values)
-                if progress is not None:
-                    progress(step + 1, steps)
-            elapsed = time.perf_counter() - start  # each phase ends synchronised with the device (_Timer)
+        dist.products.reset()
+        comm.mpi.Barrier()
+        start = time.perf_counter()
+        for step in range(steps):
+            values = dist.inverse(a)
+            back = dist.direct(values)
+            if progress is not None:
+                progress(step + 1, steps)
+        elapsed = time.perf_counter() - start  # each phase ends synchronised with the device (_Timer)
         error = float(np.max(np.abs(to_host(back) - host), initial=0.0))
         scale = float(np.max(np.abs(host), initial=0.0))
         mpi = comm.mpi
         from mpi4py import MPI
 
-        return {
+        timed = {
             "grid": grid.name,
             "truncation": dist.truncation,
             "points": grid.size,
@@ -336,8 +341,24 @@ def run_spectral(
             "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "split_s": {k: mpi.allreduce(v, op=MPI.MAX) / steps for k, v in dist.seconds.items()},
-            "joules_per_step": meter.result.per(steps),
-            "energy": meter.result.as_dict(),
+            "legendre_products_s": mpi.allreduce(dist.products.seconds(), op=MPI.MAX) / steps,
+        }
+        from ...bench.energy import Energy, energy_of_steps
+
+        if not gpu:
+            return {**timed, "joules_per_step": None, "energy": Energy(None, 0.0, 0, "NVML meters GPUs only").as_dict()}
+
+        def run_steps(count: int) -> None:  # each step ends synchronised with the device (_Timer)
+            for _ in range(count):
+                dist.direct(dist.inverse(a))
+
+        # Energy over steps of their own, at least ENERGY_REGION_S of them: NVML's counter moves every few tens
+        # of ms, so the few steps timed above (13 ms each at O640, batch 31) would read as nothing or a jump.
+        energy, region_steps = energy_of_steps(comm, run_steps, timed["time_per_step_s"])
+        return {
+            **timed,
+            "joules_per_step": energy.per(region_steps),
+            "energy": {**energy.as_dict(), "steps": region_steps},
         }
 
 

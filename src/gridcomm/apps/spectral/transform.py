@@ -35,7 +35,9 @@ aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -142,6 +144,8 @@ class SpectralTransform:
         self._scratch_arrays: dict[str, Any] = {}
         self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows]), xp, fft_streams)
         self._fourier_plans: dict[bytes, FoldingPlan] = {}
+        #: Times the Legendre products apart from the moves around them where set (a ProductClock); None: untimed.
+        self.product_clock: ProductClock | None = None
         self._set_up_legendre()
         self._fourier_plan(self._fourier_wavenumbers(fourier_order))
 
@@ -215,6 +219,10 @@ class SpectralTransform:
 
     # -- Legendre half ----------------------------------------------------------------------------------------
 
+    def _product(self) -> Any:
+        """A context around one Legendre matrix product: timed by ``product_clock`` where one is set."""
+        return contextlib.nullcontext() if self.product_clock is None else self.product_clock.timed()
+
     def legendre_inverse(self, coefficients: Any, out: Any = None) -> Any:
         """(batch, ncoef) coefficients of this object's wavenumbers -> (batch, m, 2N) Fourier coefficients
         F_m(row) on every row (written into ``out``, C-contiguous, when given)."""
@@ -227,7 +235,8 @@ class SpectralTransform:
             operand = self._operand("narrow", chunk, batch)
             operands.gather(a, chunk, operand)
             product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
-            xp.matmul(chunk.tables, _real(operand), out=_real(product))
+            with self._product():
+                xp.matmul(chunk.tables, _real(operand), out=_real(product))
             operands.unfold(product, chunk, out)
         return out
 
@@ -246,7 +255,8 @@ class SpectralTransform:
             sums = self._operand("wide", chunk, batch)
             operands.fold(f, chunk, sums)
             product = self._operand("narrow", chunk, batch)
-            xp.matmul(chunk.weighted, _real(sums), out=_real(product))
+            with self._product():
+                xp.matmul(chunk.weighted, _real(sums), out=_real(product))
             operands.scatter(product, chunk, out)
         return out
 
@@ -339,6 +349,47 @@ class SpectralTransform:
         if wavenumbers is None:
             return np.arange(self.truncation + 1)
         return _checked_subset(wavenumbers, self.truncation + 1, "wavenumbers", f"0..T = 0..{self.truncation}")
+
+
+class ProductClock:
+    """Seconds spent in the Legendre matrix products alone, apart from the moves around them (``operands``), on
+    the device of ``xp``: a CUDA event pair around each product on the GPU, read by ``seconds()`` once the
+    products are done (it waits for them), the host's clock on the CPU. Set one as a transform's
+    ``product_clock`` (``DistributedTransform`` does) to split its Legendre time."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self._seconds = 0.0
+        self._pending: list[tuple[Any, Any]] = []  # event pairs recorded and not yet read
+        self._spare: list[tuple[Any, Any]] = []  # event pairs read, to be recorded again
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Time what runs inside (on the current stream, on the GPU)."""
+        if self.xp is np:
+            start = time.perf_counter()
+            yield
+            self._seconds += time.perf_counter() - start
+            return
+        pair = self._spare.pop() if self._spare else (self.xp.cuda.Event(), self.xp.cuda.Event())
+        pair[0].record()
+        yield
+        pair[1].record()
+        self._pending.append(pair)
+
+    def seconds(self) -> float:
+        """The products' seconds so far (waits for the last one timed to end)."""
+        for start, stop in self._pending:
+            stop.synchronize()
+            self._seconds += self.xp.cuda.get_elapsed_time(start, stop) / 1e3
+        self._spare += self._pending
+        self._pending = []
+        return self._seconds
+
+    def reset(self) -> None:
+        """Start again from zero (what was pending is dropped)."""
+        self.seconds()
+        self._seconds = 0.0
 
 
 def _bands(depths: np.ndarray, count: int) -> list[tuple[int, int]]:
