@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import checks_fuzz_spectral  # noqa: F401 (registers the spectral transform's constructors into CONSTRUCTORS)
 import pytest
 from checks_fuzz import CONSTRUCTORS, SCALE, run_case
 from harness import property_settings
@@ -58,4 +59,5 @@ def test_constructors_fuzzed_on_1_to_4_ranks(mpi_checks):
     """checks_fuzz on 4 ranks: every constructor's property, each example on 1 to 4 ranks."""
     start = time.perf_counter()
     mpi_checks("checks_fuzz", 4, timeout=240)
+    mpi_checks("checks_fuzz_spectral", 4, timeout=120)
     assert time.perf_counter() - start < 150

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import run_mpi
 from gridcomm.apps.mpdata import (
@@ -24,6 +26,7 @@ from gridcomm.apps.mpdata import (
 from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
 
 PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "mpdata_ranks.py"
+MESH4 = MedianDualMesh(4)  # built once: the argument fuzzing below makes many solvers on it
 
 
 # -- serial behaviour --------------------------------------------------------------------------------------
@@ -114,6 +117,55 @@ def test_bad_input():
     thin = LocalMesh.build(mesh, equal_regions(mesh, 2), 0, layers=1)
     with pytest.raises(ValueError, match="2 halo layers"):
         Mpdata(thin, np.zeros(thin.n_edges), np.zeros((thin.n_edges, 3)), 1.0)
+
+
+# Faults of setup_mpdata's arguments: (argument, bad value, error class name, word its message must hold).
+SETUP_FAULTS = [
+    ("levels", 0, "ArgumentError", "levels"), ("levels", 2.5, "ArgumentTypeError", "levels"),
+    ("levels", "2", "ArgumentTypeError", "levels"), ("levels", True, "ArgumentTypeError", "levels"),
+    ("alpha", "x", "ArgumentTypeError", "alpha"), ("alpha", float("nan"), "ArgumentError", "alpha"),
+    ("courant", -1.0, "ArgumentError", "courant"), ("courant", 1.5, "ArgumentError", "courant"),
+    ("courant", "0.5", "ArgumentTypeError", "courant"), ("courant", float("inf"), "ArgumentError", "courant"),
+    ("dt", 0.0, "ArgumentError", "dt"), ("dt", -3, "ArgumentError", "dt"), ("dt", [1.0], "ArgumentTypeError", "dt"),
+    ("dt", 1e9, "ArgumentError", "CFL"), ("period_s", -5.0, "ArgumentError", "period_s"),
+    ("period_s", "1d", "ArgumentTypeError", "period_s"), ("fct", "yes", "ArgumentTypeError", "fct"),
+    ("fct", 1, "ArgumentTypeError", "fct"), ("iterations", 2, "ArgumentError", "iterations"),
+    ("iterations", 1.0, "ArgumentTypeError", "iterations"), ("iterations", True, "ArgumentTypeError", "iterations"),
+    ("owner", "abc", "ArgumentError", "owner"), ("owner", np.zeros(5, int), "ArgumentError", "owner"),
+    ("owner", np.full(MESH4.grid.size, 0.5), "ArgumentError", "owner"),
+    ("xp", "torch", "ArgumentError", "xp"), ("transport", "carrier-pigeon", "TransportError", "transport"),
+    ("transport", 7, "ArgumentTypeError", "transport"), ("graphs", "yes", "ArgumentTypeError", "graphs"),
+    ("levels_per_thread", 3, "ArgumentError", "levels_per_thread"),
+    ("levels_per_thread", 2.0, "ArgumentTypeError", "levels_per_thread"), ("grid", "O0", "ArgumentError", "grid"),
+    ("grid", 4.5, "ArgumentError", "grid"),
+]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.data())
+def test_setup_arguments_fuzzed(data):
+    """setup_mpdata with each argument in every form it takes (NumPy scalars for Python ones) runs the same steps
+    bit for bit as with plain ones; any one argument wrong raises the gridcomm error that names it."""
+    from gridcomm import errors
+
+    levels = data.draw(st.sampled_from([1, 2, 4]))
+    plain = {"grid": MESH4, "levels": levels, "alpha": 0.3, "courant": 0.4, "fct": True, "iterations": 1}
+    if data.draw(st.booleans()):
+        fault = data.draw(st.sampled_from(SETUP_FAULTS))
+        argument, value, error, word = fault
+        with pytest.raises(getattr(errors, error), match=word):
+            setup_mpdata(None, **{**plain, argument: value})
+        return
+    forms = {
+        "levels": np.int16(levels), "alpha": np.float64(0.3), "courant": np.float64(0.4),
+        "fct": np.bool_(True), "iterations": np.int64(1), "grid": data.draw(st.sampled_from([MESH4, 4, "O4"])),
+        "levels_per_thread": data.draw(st.sampled_from([None, 1, levels])), "transport": "auto", "graphs": False,
+    }  # fmt: skip
+    chosen = {k: v for k, v in forms.items() if data.draw(st.booleans(), label=k)}
+    first, second = setup_mpdata(None, **plain), setup_mpdata(None, **{**plain, **chosen})
+    first.solver.run(3)
+    second.solver.run(3)
+    assert np.array_equal(first.solver.owned, second.solver.owned)
 
 
 def test_progress_and_benchmark():

@@ -25,7 +25,8 @@ class DecompositionError(GridcommError, ValueError):
 
 
 class FieldError(GridcommError, ValueError):
-    """A field handed to an exchanger does not fit its decomposition (shape, layout, dtype, memory)."""
+    """An array handed to gridcomm does not fit what it is for: a field that does not fit its exchanger's
+    decomposition, or a transform's input of the wrong shape (shape, layout, dtype, memory)."""
 
 
 class TransportError(GridcommError, RuntimeError):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ArgumentError
 from .mesh import MedianDualMesh
 from .partition import halo_layers, validate_owner
 
@@ -90,7 +91,7 @@ class LocalMesh:
         """The local mesh of ``part`` under ``owner`` (int per node) with ``layers`` halo layers."""
         owner = validate_owner(owner, mesh.n_nodes)
         if not 0 <= part <= int(owner.max()):
-            raise ValueError(f"part {part} is not among the parts 0..{int(owner.max())} of owner")
+            raise ArgumentError(f"part {part} is not among the parts 0..{int(owner.max())} of owner")
         V = mesh.n_nodes
         owned = mesh.grid.patch_order(np.flatnonzero(owner == part))
         rings = halo_layers(mesh, owner, part, layers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ArgumentError
 from .octahedral import OctahedralGrid
 from .spherical import arc_angle, arc_normal, normalize, triangle_area
 from .triangulation import triangulate
@@ -45,7 +46,7 @@ class MedianDualMesh:
     def __init__(self, grid: OctahedralGrid | int | str, radius: float = EARTH_RADIUS_M) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         if not radius > 0:
-            raise ValueError(f"radius must be a positive length in m, got {radius!r}")
+            raise ArgumentError(f"radius must be a positive length in m, got {radius!r}")
         self.radius = float(radius)
         self.xyz = self.grid.xyz
         self.triangles = triangulate(self.grid)

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from ..errors import ArgumentError
 from .gauss import gauss_legendre_colatitudes
 from .spherical import lonlat_to_xyz
 
@@ -15,19 +16,19 @@ _NAME = re.compile(r"^[Oo](\d+)$")
 def parse_grid_name(name: str | int) -> int:
     """N of an octahedral grid given as an int (``32``) or a name (``"O32"``); ValueError otherwise."""
     if isinstance(name, bool):
-        raise ValueError(f"grid {name!r} is not a grid: pass a name such as 'O32' or a positive int N")
+        raise ArgumentError(f"grid {name!r} is not a grid: pass a name such as 'O32' or a positive int N")
     if isinstance(name, int | np.integer):
         n = int(name)
     else:
         match = _NAME.match(str(name).strip())
         if match is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"unknown grid {name!r}: expected an octahedral reduced Gaussian grid 'O<N>' such as 'O32' "
                 "(N latitude rows between pole and equator) or a positive int N"
             )
         n = int(match.group(1))
     if n < 1:
-        raise ValueError(f"grid {name!r}: N must be at least 1 (e.g. 'O16'), got {n}")
+        raise ArgumentError(f"grid {name!r}: N must be at least 1 (e.g. 'O16'), got {n}")
     return n
 
 

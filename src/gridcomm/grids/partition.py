@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentError
 from .mesh import MedianDualMesh
 from .octahedral import OctahedralGrid
 
@@ -16,7 +17,7 @@ def equal_region_bands(nparts: int) -> list[int]:
     sphere into ``nparts`` regions (the partition Atlas's EqualRegionsPartitioner uses): one polar cap at
     each pole, collars between them split into as many regions as their area holds, rounded with carry."""
     if nparts < 1:
-        raise ValueError(f"nparts must be at least 1, got {nparts}")
+        raise ArgumentError(f"nparts must be at least 1, got {nparts}")
     if nparts == 1:
         return [1]
     if nparts == 2:
@@ -55,7 +56,7 @@ def equal_regions(grid: OctahedralGrid | MedianDualMesh, nparts: int) -> np.ndar
     grid = grid.grid if isinstance(grid, MedianDualMesh) else grid
     V = grid.size
     if not 1 <= nparts <= V:
-        raise ValueError(f"nparts must be between 1 and the {V} nodes of {grid.name}, got {nparts}")
+        raise ArgumentError(f"nparts must be between 1 and the {V} nodes of {grid.name}, got {nparts}")
     sizes = part_sizes(V, nparts)
     bands = equal_region_bands(nparts)
     first_part = np.concatenate([[0], np.cumsum(bands)])
@@ -71,20 +72,20 @@ def equal_regions(grid: OctahedralGrid | MedianDualMesh, nparts: int) -> np.ndar
 def validate_owner(owner: Any, n_nodes: int, nparts: int | None = None) -> np.ndarray:
     """``owner`` as an int32 array after checking it: length V, values in 0..n-1, every part non-empty.
 
-    ``nparts`` defaults to max(owner) + 1. Raises ValueError saying what is wrong.
+    ``nparts`` defaults to max(owner) + 1. Raises ArgumentError (a ValueError) saying what is wrong.
     """
     a = np.asarray(owner)
     if a.ndim != 1 or a.shape[0] != n_nodes:
-        raise ValueError(f"owner must be a 1-D array of one part per node ({n_nodes} nodes), got shape {a.shape}")
+        raise ArgumentError(f"owner must be a 1-D array of one part per node ({n_nodes} nodes), got shape {a.shape}")
     if not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"owner must hold integer part numbers, got dtype {a.dtype}")
+        raise ArgumentError(f"owner must hold integer part numbers, got dtype {a.dtype}")
     n = int(a.max()) + 1 if nparts is None else int(nparts)
     if a.min() < 0 or a.max() >= n:
-        raise ValueError(f"owner values must lie in 0..{n - 1}, found {int(a.min())}..{int(a.max())}")
+        raise ArgumentError(f"owner values must lie in 0..{n - 1}, found {int(a.min())}..{int(a.max())}")
     counts = np.bincount(a, minlength=n)
     if (counts == 0).any():
         empty = np.flatnonzero(counts == 0)
-        raise ValueError(f"parts {empty[:10].tolist()} own no node; every one of the {n} parts needs at least one")
+        raise ArgumentError(f"parts {empty[:10].tolist()} own no node; every one of the {n} parts needs at least one")
     return a.astype(np.int32, copy=False)
 
 
@@ -101,10 +102,10 @@ def halo_layers(mesh: MedianDualMesh, owner: np.ndarray, part: int, layers: int)
     """Global ids (ascending) of the halo nodes of ``part`` by layer: layer k holds the nodes of other parts
     k edges away from the part (breadth first). Returns ``layers`` arrays."""
     if layers < 1:
-        raise ValueError(f"layers must be at least 1, got {layers}")
+        raise ArgumentError(f"layers must be at least 1, got {layers}")
     reached = np.asarray(owner) == part
     if not reached.any():
-        raise ValueError(f"part {part} owns no node")
+        raise ArgumentError(f"part {part} owns no node")
     out = []
     for _ in range(layers):
         ring = neighbour_mask(mesh, reached)

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from ...errors import ArgumentError
+
 # The upwind pass keeps a non-negative field non-negative while every node sends out at most what it
 # holds: (dt / V_i) x (sum of its outgoing face fluxes) <= 1. The corrective pass of MPDATA is an upwind
 # pass too, and with the non-oscillatory option its fluxes are limited to keep the field within the
@@ -33,7 +35,7 @@ def max_courant(edges: np.ndarray, fluxes: np.ndarray, dual_volumes: np.ndarray,
 def dt_for_courant(edges: np.ndarray, fluxes: np.ndarray, dual_volumes: np.ndarray, courant: float) -> float:
     """The time step (s) whose largest Courant number is ``courant``."""
     if not 0 < courant <= COURANT_LIMIT:
-        raise ValueError(f"courant={courant!r} must lie in (0, {COURANT_LIMIT}] (the upwind pass's limit)")
+        raise ArgumentError(f"courant={courant!r} must lie in (0, {COURANT_LIMIT}] (the upwind pass's limit)")
     c1, _ = max_courant(edges, fluxes, dual_volumes, 1.0)
     return courant / c1
 
@@ -44,11 +46,11 @@ def check_cfl(
     """The largest Courant number of time step ``dt`` (s); ValueError naming it, the limit and a time step
     that works when it exceeds ``limit``."""
     if not (dt > 0 and math.isfinite(dt)):
-        raise ValueError(f"time step dt={dt!r} must be a positive number of seconds")
+        raise ArgumentError(f"time step dt={dt!r} must be a positive number of seconds")
     c, node = max_courant(edges, fluxes, dual_volumes, dt)
     if c > limit * (1.0 + 1e-12):  # a dt made for the limit itself may land an ulp above it
         safe = 0.9 * limit * dt / c
-        raise ValueError(
+        raise ArgumentError(
             f"time step dt={dt:g} s violates the CFL condition: the largest Courant number is {c:.3f} (at node "
             f"{node}), above the limit {limit:g} of the upwind pass; use dt <= {limit * dt / c:.6g} s, e.g. "
             f"dt={safe:.6g} s (Courant number {0.9 * limit:g})"

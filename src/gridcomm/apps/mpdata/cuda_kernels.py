@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ArgumentError
 from ...gpu import package_kernel
 from .tables import INNER, OUTER, MeshTables
 
@@ -55,7 +56,7 @@ KERNEL_SHAPES: dict[str, KernelShape] = {
 def check_levels_per_thread(levels: int, asked: int) -> None:
     """Raise unless ``asked`` levels per thread (1, 2 or 4) divides the level count."""
     if asked not in (1, 2, 4) or levels % asked:
-        raise ValueError(f"levels_per_thread={asked!r}: must be 1, 2 or 4 and divide the level count {levels}")
+        raise ArgumentError(f"levels_per_thread={asked!r}: must be 1, 2 or 4 and divide the level count {levels}")
 
 
 def kernel_shape(name: str, levels: int, levels_per_thread: int | None = None) -> KernelShape:
@@ -93,7 +94,7 @@ def common_degree(sign_tab: np.ndarray, share: float = COMMON_SHARE) -> int:
 def edge_codes(edge_tab: np.ndarray, sign_tab: np.ndarray) -> np.ndarray:
     """Each slot's edge code, the first column of :func:`slot_table`: its local edge times 4 plus its sign's tag."""
     if len(edge_tab) and int(edge_tab.max()) >= 2**29:
-        raise ValueError(f"{int(edge_tab.max()) + 1} local edges: the GPU edge table holds 2^29; use more ranks")
+        raise ArgumentError(f"{int(edge_tab.max()) + 1} local edges: the GPU edge table holds 2^29; use more ranks")
     tags = np.zeros(sign_tab.shape, np.int64)
     for sign, tag in SIGN_TAGS.items():
         tags[sign_tab == sign] = tag
@@ -140,7 +141,7 @@ class CudaMpdata:
         t, f = tables, fields
         items = max(t.n_local, len(t.edge_i)) * t.levels
         if items >= 2**32:  # the kernels number their threads with 32-bit unsigned integers
-            raise ValueError(
+            raise ArgumentError(
                 f"{len(t.edge_i)} edges x {t.levels} levels is too many values for one GPU's part (at most 2^32 - 1): "
                 "use more ranks or fewer levels"
             )

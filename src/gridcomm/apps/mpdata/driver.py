@@ -10,12 +10,16 @@ from typing import Any
 
 import numpy as np
 
+from ...arguments import flag, real_number, whole_number
 from ...arrays import resolve_array_module
+from ...errors import ArgumentError
 from ...grids.local import LocalMesh
 from ...grids.mesh import MedianDualMesh
 from ...grids.octahedral import OctahedralGrid
-from ...grids.partition import equal_regions
+from ...grids.partition import equal_regions, validate_owner
+from ...transports import requested
 from .cfl import check_cfl, dt_for_courant
+from .cuda_kernels import check_levels_per_thread
 from .scheme import Mpdata
 from .testcase import CosineBell, error_norms, total_mass
 
@@ -65,8 +69,19 @@ def setup_mpdata(
     ``"none"`` for no exchanger at all (one rank only: a benchmark's compute-only figure). ``graphs`` and
     ``levels_per_thread``: see :class:`~gridcomm.apps.mpdata.scheme.Mpdata`.
     """
+    levels = whole_number(levels, "levels", least=1)
+    alpha = real_number(alpha, "alpha")
+    courant = None if courant is None else real_number(courant, "courant")  # its range: dt_for_courant
+    dt = None if dt is None else real_number(dt, "dt")  # its range: check_cfl
+    period_s = None if period_s is None else real_number(period_s, "period_s", positive=True)
+    fct, graphs = flag(fct, "fct"), flag(graphs, "graphs")
+    iterations = whole_number(iterations, "iterations")  # its range: Mpdata
+    if levels_per_thread is not None:
+        check_levels_per_thread(levels, whole_number(levels_per_thread, "levels_per_thread"))
+    if transport not in ("host", "none"):
+        requested(transport)
     comm = _communicator(comm)
-    xp = resolve_array_module(xp)
+    xp = resolve_array_module(xp, ArgumentError)
     if xp.__name__ == "cupy" and comm is not None:
         from ...gpu import use_local_gpu
 
@@ -76,18 +91,18 @@ def setup_mpdata(
     fluxes = case.edge_fluxes(mesh)
     if dt is None:
         if courant is None:
-            raise ValueError("give a time step: dt (s) or courant")
+            raise ArgumentError("give a time step: dt (s) or courant")
         dt = dt_for_courant(mesh.edges, fluxes, mesh.dual_volumes, courant)
     achieved = check_cfl(mesh.edges, fluxes, mesh.dual_volumes, dt)
     size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
-    owner = equal_regions(mesh.grid, size) if owner is None else owner
+    owner = equal_regions(mesh.grid, size) if owner is None else validate_owner(owner, mesh.grid.size)
     if comm is None and (np.asarray(owner) != 0).any():
-        raise ValueError("owner assigns nodes to several parts but no communicator was given")
+        raise ArgumentError("owner assigns nodes to several parts but no communicator was given")
     local = LocalMesh.build(mesh, owner, rank, layers=2)
     decomposition = None
     make = None
     if transport == "none" and size > 1:
-        raise ValueError(f"transport 'none' leaves the halos of {size} ranks unfilled: it is for one rank only")
+        raise ArgumentError(f"transport 'none' leaves the halos of {size} ranks unfilled: it is for one rank only")
     if comm is not None and transport != "none":
         from ...decomp import UnstructuredDecomposition
         from ...exchange import HaloExchanger
@@ -175,16 +190,16 @@ def run_mpdata(
     global id. ``xp``, ``transport``, ``graphs``: as for :func:`setup_mpdata`.
     """
     if not revolutions > 0:
-        raise ValueError(f"revolutions must be positive, got {revolutions!r}")
+        raise ArgumentError(f"revolutions must be positive, got {revolutions!r}")
     if steps is not None and steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps!r}")
+        raise ArgumentError(f"steps must be >= 0, got {steps!r}")
     comm = _communicator(comm)
     mesh = grid if isinstance(grid, MedianDualMesh) else MedianDualMesh(grid)
     case = CosineBell(alpha=float(alpha), radius=mesh.radius, **({} if period_s is None else {"period_s": period_s}))
     total_s = revolutions * case.period_s
     if dt is None:
         if courant is None:
-            raise ValueError("give a time step: dt (s) or courant")
+            raise ArgumentError("give a time step: dt (s) or courant")
         dt_max = dt_for_courant(mesh.edges, case.edge_fluxes(mesh), mesh.dual_volumes, courant)
         nsteps = max(1, math.ceil(total_s / dt_max * (1.0 - 1e-12)))  # whole steps, none above dt_max
         dt = total_s / nsteps

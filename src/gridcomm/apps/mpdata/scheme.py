@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from ...arrays import resolve_array_module
+from ...errors import ArgumentError
 from ...exchange import NoExchange
 from ...grids.local import LocalMesh
 from .tables import INNER, OUTER, MeshTables
@@ -122,25 +123,25 @@ class Mpdata:
         levels_per_thread: int | None = None,
     ) -> None:
         if iterations not in (0, 1):
-            raise ValueError(
+            raise ArgumentError(
                 f"iterations={iterations!r}: this MPDATA does 0 (upwind only) or 1 corrective iteration; more "
                 "would need the pseudo-velocity's full vector and one more halo exchange per iteration"
             )
         if local.n_halo and local.layers < 2:
-            raise ValueError(f"MPDATA needs 2 halo layers, the local mesh of part {local.part} has {local.layers}")
+            raise ArgumentError(f"MPDATA needs 2 halo layers, the local mesh of part {local.part} has {local.layers}")
         if levels < 1:
-            raise ValueError(f"levels must be at least 1, got {levels}")
+            raise ArgumentError(f"levels must be at least 1, got {levels}")
         fluxes = np.asarray(fluxes, np.float64)
         velocities = np.asarray(velocities, np.float64)
         if fluxes.shape != (local.n_edges,) or velocities.shape != (local.n_edges, 3):
-            raise ValueError(
+            raise ArgumentError(
                 f"fluxes {fluxes.shape} and velocities {velocities.shape} must be ({local.n_edges},) and "
                 f"({local.n_edges}, 3): one per local edge"
             )
         self.xp = resolve_array_module(xp)
         self.on_gpu = self.xp.__name__ == "cupy"
         if graphs and not self.on_gpu:
-            raise ValueError("graphs=True needs the GPU (xp=cupy): CUDA graphs replay GPU work")
+            raise ArgumentError("graphs=True needs the GPU (xp=cupy): CUDA graphs replay GPU work")
         self.local, self.dt, self.levels, self.fct, self.iterations = local, float(dt), int(levels), fct, iterations
         self.tables = MeshTables.build(local, fluxes, velocities, dt, self.levels)
         self.fields = f = Fields(self.xp, local.n_local, local.n_edges, self.levels)
@@ -187,7 +188,7 @@ class Mpdata:
     def _capture(self) -> None:
         """Record one step (both exchanges) in a CUDA graph; capturing runs nothing."""
         if not all(_capturable(e) for e in self._exchanges):
-            raise ValueError(
+            raise ArgumentError(
                 f"graphs=True captures the halo exchanges in a CUDA graph, but transport {self.transport!r} needs "
                 "the host during an exchange; use transport 'ipc' or 'nccl', or graphs=False"
             )

@@ -13,6 +13,8 @@ import itertools
 
 import numpy as np
 
+from ...errors import ArgumentError
+
 
 def row_bands(points_per_row: np.ndarray, nranks: int) -> list[np.ndarray]:
     """Contiguous bands of rows, one per rank, each as near to an equal share of the points as the rows
@@ -28,7 +30,7 @@ def row_bands(points_per_row: np.ndarray, nranks: int) -> list[np.ndarray]:
     counts = np.asarray(points_per_row, dtype=np.int64)
     nrows = len(counts)
     if not 1 <= nranks <= nrows:
-        raise ValueError(f"cannot share {nrows} latitude rows between {nranks} ranks: use 1 to {nrows} ranks")
+        raise ArgumentError(f"cannot share {nrows} latitude rows between {nranks} ranks: use 1 to {nrows} ranks")
     cumulative = np.cumsum(counts)
     targets = cumulative[-1] * np.arange(1, nranks) / nranks
     # The boundary after row k is the first whose cumulative count reaches the target; at least one row each.
@@ -48,9 +50,9 @@ def wavenumber_sets(truncation: int, nranks: int) -> list[np.ndarray]:
         For each rank, its wavenumbers (ascending). A rank may own none when nranks > (T + 2) // 2.
     """
     if truncation < 0:
-        raise ValueError(f"truncation T must be at least 0, got {truncation}")
+        raise ArgumentError(f"truncation T must be at least 0, got {truncation}")
     if nranks < 1:
-        raise ValueError(f"nranks must be at least 1, got {nranks}")
+        raise ArgumentError(f"nranks must be at least 1, got {nranks}")
     owned: list[list[int]] = [[] for _ in range(nranks)]
     for k, m in enumerate(range((truncation + 2) // 2)):
         pair = {m, truncation - m}

@@ -24,13 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from ...arrays import cupy_or_none, to_host
-from ...errors import DeviceError, GridcommError
+from ...arguments import flag, whole_number
+from ...arrays import cupy_or_none, resolve_array_module, to_host
+from ...comm import Communicator
+from ...errors import ArgumentError, DeviceError, GridcommError
 from ...grids.octahedral import OctahedralGrid
 from ...pattern import Box
 from ...transports import requested
 from .distribution import row_bands, wavenumber_sets
-from .transform import ProductClock, SpectralTransform, coefficient_index
+from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
 PHASES = ("legendre", "fft", "transposition")
 
@@ -39,7 +41,7 @@ class DistributedTransform:
     """One rank's part of the spherical-harmonic transform of ``batch`` fields (collective construction).
 
     Args:
-        comm: a gridcomm Communicator.
+        comm: a gridcomm Communicator, an mpi4py communicator, or None for COMM_WORLD.
         grid: OctahedralGrid, name or N; truncation: T <= N - 1 (default N - 1).
         batch: fields times levels transformed together.
         transport: the Transposer's transport ("auto" or a name); one rank has no transposition: its Legendre
@@ -70,19 +72,22 @@ class DistributedTransform:
     ) -> None:
         from ...transpose import Transposer
 
+        batch = whole_number(batch, "batch", least=1)
+        graphs = flag(graphs, "graphs")
+        xp = resolve_array_module(xp, ArgumentError)
         if graphs and xp is np:
-            raise ValueError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
+            raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
 
-        self.comm = comm
+        self.comm = comm = Communicator.wrap(comm)
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
-        t = grid.N - 1 if truncation is None else int(truncation)
+        t = check_truncation(truncation, grid)
         bands = row_bands(grid.nlon, comm.size)
-        sets = wavenumber_sets(t, comm.size) if 0 <= t <= grid.N - 1 else None
-        m_order = None if sets is None else np.concatenate(sets)  # the m along axis 1 of the Fourier side
+        sets = wavenumber_sets(t, comm.size)
+        m_order = np.concatenate(sets)  # the m along axis 1 of the Fourier side
         self.transform = SpectralTransform(
             grid,
             t,
-            wavenumbers=None if sets is None else sets[comm.rank],
+            wavenumbers=sets[comm.rank],
             rows=bands[comm.rank],
             fourier_order=m_order,
             xp=xp,
@@ -300,13 +305,15 @@ def run_spectral(
     [J] (``joules_per_step``, None off the GPU; ``energy``: gridcomm.bench.energy's record), measured after the
     timed steps over steps of its own that last at least ``bench.energy.ENERGY_REGION_S``."""
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
-    if levels < 1 or fields < 1 or steps < 1:
-        raise ValueError(f"levels, fields and steps must be at least 1, got {levels}, {fields}, {steps}")
+    levels, fields, steps = (
+        whole_number(v, k, least=1) for v, k in ((levels, "levels"), (fields, "fields"), (steps, "steps"))
+    )
     xp = _array_module(gpu)
     graphs = gpu if graphs is None else graphs
     batch = fields * levels + 1
     options = {"batch": batch, "transport": transport, "xp": xp, "graphs": graphs, "fft_streams": fft_streams}
     with DistributedTransform(comm, grid, truncation, **options) as dist:
+        comm = dist.comm
         host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
         a = xp.asarray(host)
         dist.direct(dist.inverse(a))  # warm-up step: caches, first touch of work arrays, connections, FFT plans

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from ...arguments import whole_number
+from ...errors import ArgumentError
 from ...gpu import package_kernel
 
 #: CUDA streams the GPU's row FFTs are spread over by default: on one H200 (O640, batch 412) one stream took
@@ -187,9 +189,7 @@ class RowFFTs:
     def __init__(self, rows: RowGeometry, xp: Any, streams: int | None = None) -> None:
         self.rows, self.xp = rows, xp
         self.on_gpu = xp is not np
-        streams = GPU_FFT_STREAMS if streams is None else int(streams)
-        if streams < 1:
-            raise ValueError(f"fft_streams = {streams}: give at least 1")
+        streams = GPU_FFT_STREAMS if streams is None else whole_number(streams, "fft_streams", least=1)
         self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(streams)] if self.on_gpu and streams > 1 else []
         # Rows of one length share a cuFFT plan and its work area, so they share a lane (run one after another).
         lengths, lane_of = np.unique(rows.lengths, return_inverse=True)
@@ -206,11 +206,15 @@ class RowFFTs:
 
     def inverse(self, fourier: Any, plan: FoldingPlan, values: Any, spectra: Any) -> None:
         """(batch, M, rows) Fourier coefficients -> ``values`` (batch, points), through ``spectra`` (batch, bins)."""
+        if not values.shape[0]:
+            return  # no fields: nothing to plan or launch
         self._fold(fourier, plan, spectra)
         self._each_row("inverse", spectra, values)
 
     def direct(self, values: Any, plan: FoldingPlan, spectra: Any, out: Any) -> None:
         """(batch, points) grid values -> ``out`` (batch, M, rows) Fourier coefficients, through ``spectra``."""
+        if not values.shape[0]:
+            return
         self._each_row("direct", values, spectra)
         self._pick(spectra, plan, out)
 
@@ -236,7 +240,7 @@ class RowFFTs:
                 runtime = self.xp.cuda.runtime
                 most = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, runtime.getDevice())
                 if shared > most:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"{count} wavenumbers per row: the GPU fold stages {shared} bytes of them per block, more "
                         f"than this GPU's {most}; use a smaller truncation or the host path"
                     )

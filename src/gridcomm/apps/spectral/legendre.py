@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ArgumentError
 from ...grids.gauss import _as_int, gauss_legendre, gauss_legendre_colatitudes
 
 __all__ = ["gauss_legendre", "gauss_legendre_colatitudes", "legendre_functions", "legendre_recurrence"]
@@ -48,22 +49,22 @@ def legendre_recurrence(m: int, lmax: int) -> tuple[np.ndarray, np.ndarray]:
 def _check_degrees(m: object, lmax: object) -> tuple[int, int]:
     m, lmax = _as_int(m, "m"), _as_int(lmax, "lmax")
     if m < 0:
-        raise ValueError(f"m must be >= 0, got m={m}")
+        raise ArgumentError(f"m must be >= 0, got m={m}")
     if m > lmax:
-        raise ValueError(f"m must be <= lmax, got m={m} > lmax={lmax}")
+        raise ArgumentError(f"m must be <= lmax, got m={m} > lmax={lmax}")
     return m, lmax
 
 
 def _check_points(arr: object, name: str, lo: float, hi: float, shape: tuple[int, ...] | None = None) -> np.ndarray:
     arr = np.asarray(arr, dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        raise ArgumentError(f"{name} must be 1-D, got shape {arr.shape}")
     if shape is not None and arr.shape != shape:
-        raise ValueError(f"{name} must have the same shape as x {shape}, got {arr.shape}")
+        raise ArgumentError(f"{name} must have the same shape as x {shape}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise ArgumentError(f"{name} contains NaN or infinite values")
     if arr.size and (arr.min() < lo or arr.max() > hi):
-        raise ValueError(f"{name} must lie within [{lo:g}, {hi:g}], got values in [{arr.min():g}, {arr.max():g}]")
+        raise ArgumentError(f"{name} must lie within [{lo:g}, {hi:g}], got values in [{arr.min():g}, {arr.max():g}]")
     return arr
 
 
@@ -107,7 +108,7 @@ def legendre_functions(m: int, lmax: int, x: np.ndarray, sin_theta: np.ndarray |
     else:
         sin_theta = _check_points(sin_theta, "sin_theta", 0.0, 1.0, x.shape)
         if np.any(np.abs(x * x + sin_theta * sin_theta - 1.0) > 1e-8):
-            raise ValueError("sin_theta must be sin(theta) for x = cos(theta): x**2 + sin_theta**2 differs from 1")
+            raise ArgumentError("sin_theta must be sin(theta) for x = cos(theta): x**2 + sin_theta**2 differs from 1")
 
     # Sectoral start lambda_m^m = (-1)^m sqrt(1/(4 pi) prod_{i=1..m} (2i+1)/(2i)) sin(theta)^m, with sin^m formed
     # by binary powering on (mantissa, exponent) pairs so that it never underflows.

@@ -43,6 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from ...arguments import index_set, whole_number
+from ...arrays import resolve_array_module
+from ...errors import ArgumentError, FieldError
 from ...grids.octahedral import OctahedralGrid
 from . import operands
 from .fourier import FoldingPlan, RowFFTs, RowGeometry, plan_folding
@@ -129,25 +132,22 @@ class SpectralTransform:
     ) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         n = self.grid.N
-        self.truncation = n - 1 if truncation is None else int(truncation)
-        if not 0 <= self.truncation <= n - 1:
-            raise ValueError(
-                f"truncation T = {truncation} on {self.grid.name}: T must be between 0 and N - 1 = {n - 1} "
-                f"(the octahedral grid resolves up to T = N - 1, e.g. TCo{n - 1} on O{n})"
-            )
-        self.xp = xp
+        self.truncation = check_truncation(truncation, self.grid)
+        self.xp = resolve_array_module(xp, ArgumentError)
         t = self.truncation
-        self.wavenumbers = _checked_subset(wavenumbers, t + 1, "wavenumbers", f"0..T = 0..{t}")
-        self.rows = _checked_subset(rows, 2 * n, "rows", f"0..{2 * n - 1}")
+        self.wavenumbers = index_set(wavenumbers, "wavenumbers", t + 1, f"wavenumbers m in 0..T = 0..{t}")
+        self.rows = index_set(rows, "rows", 2 * n, f"latitude rows in 0..{2 * n - 1}")
+        if not len(self.rows):
+            raise ArgumentError("rows=[]: give at least one latitude row (None: all of them)")
         self.ncoef = int(np.sum(t - self.wavenumbers + 1))
         self.points = int(np.sum(self.grid.nlon[self.rows]))
         self._scratch_arrays: dict[str, Any] = {}
-        self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows]), xp, fft_streams)
+        self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows]), self.xp, fft_streams)
         self._fourier_plans: dict[bytes, FoldingPlan] = {}
         #: Times the Legendre products apart from the moves around them where set (a ProductClock); None: untimed.
         self.product_clock: ProductClock | None = None
         self._set_up_legendre()
-        self._fourier_plan(self._fourier_wavenumbers(fourier_order))
+        self._fourier_plan(self._fourier_wavenumbers(fourier_order, "fourier_order"))
 
     @property
     def fft_streams(self) -> int:
@@ -243,10 +243,10 @@ class SpectralTransform:
     def legendre_direct(self, fourier: Any) -> Any:
         """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature."""
         xp, n = self.xp, self.grid.N
-        f = xp.asarray(fourier)
+        f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
         count = len(self.wavenumbers)
         if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
-            raise ValueError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
+            raise FieldError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
         f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
         batch = f.shape[0]
         out = xp.empty((batch, self.ncoef), dtype=np.complex128)
@@ -269,10 +269,10 @@ class SpectralTransform:
         """
         xp = self.xp
         ms = self._fourier_wavenumbers(wavenumbers)
-        f = xp.asarray(fourier)
+        f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
         nrows = len(self.rows)
         if f.ndim != 3 or f.shape[1:] != (len(ms), nrows):
-            raise ValueError(
+            raise FieldError(
                 f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(ms)}, {nrows}) "
                 f"for {len(ms)} wavenumbers on {nrows} rows"
             )
@@ -289,9 +289,9 @@ class SpectralTransform:
         (C-contiguous) when given."""
         xp = self.xp
         ms = self._fourier_wavenumbers(wavenumbers)
-        v = xp.asarray(values)
+        v = _numbers(xp.asarray(values), "grid values", complex_allowed=False)
         if v.ndim != 2 or v.shape[1] != self.points:
-            raise ValueError(
+            raise FieldError(
                 f"grid values of shape {tuple(v.shape)}: expected (batch, {self.points}), the points of "
                 f"{len(self.rows)} rows of {self.grid.name}"
             )
@@ -328,27 +328,28 @@ class SpectralTransform:
     def _whole(self, what: str) -> None:
         t, n = self.truncation, self.grid.N
         if len(self.wavenumbers) != t + 1 or len(self.rows) != 2 * n:
-            raise ValueError(
+            raise ArgumentError(
                 f"{what}: this transform owns {len(self.wavenumbers)} of {t + 1} wavenumbers and "
                 f"{len(self.rows)} of {2 * n} rows; use the Legendre and Fourier halves with a transposition"
             )
 
     def _coefficients(self, coefficients: Any) -> Any:
-        a = self.xp.asarray(coefficients)
+        a = _numbers(self.xp.asarray(coefficients), "coefficients", complex_allowed=True)
         if a.ndim == 1:
             a = a[None, :]
         if a.ndim != 2 or a.shape[1] != self.ncoef:
-            raise ValueError(
+            raise FieldError(
                 f"coefficients of shape {tuple(a.shape)}: expected (batch, {self.ncoef}), the a_lm of "
                 f"{len(self.wavenumbers)} wavenumbers at T = {self.truncation}"
             )
         # The GPU's moves read rows of coefficients: a fancy-indexed or transposed array comes C-contiguous here.
         return self.xp.ascontiguousarray(a.astype(np.complex128, copy=False))
 
-    def _fourier_wavenumbers(self, wavenumbers: Sequence[int] | np.ndarray | None) -> np.ndarray:
-        if wavenumbers is None:
-            return np.arange(self.truncation + 1)
-        return _checked_subset(wavenumbers, self.truncation + 1, "wavenumbers", f"0..T = 0..{self.truncation}")
+    def _fourier_wavenumbers(
+        self, wavenumbers: Sequence[int] | np.ndarray | None, what: str = "wavenumbers"
+    ) -> np.ndarray:
+        t = self.truncation
+        return index_set(wavenumbers, what, t + 1, f"wavenumbers m in 0..T = 0..{t}")
 
 
 class ProductClock:
@@ -403,28 +404,40 @@ def _bands(depths: np.ndarray, count: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise([0, *cuts.tolist(), len(depths)]))
 
 
+def _numbers(a: Any, what: str, complex_allowed: bool) -> Any:
+    """``a`` if its dtype holds numbers the transform takes (integers, floats, and complex where allowed: values
+    on the grid are real, and dropping an imaginary part would lose data), else FieldError."""
+    kinds = "biufc" if complex_allowed else "biuf"
+    if a.dtype.kind not in kinds:
+        takes = "real or complex numbers" if complex_allowed else "real numbers (the grid holds real fields)"
+        raise FieldError(f"{what} of dtype {a.dtype}: the transform takes {takes}")
+    return a
+
+
 def _real(a: Any) -> Any:
     """A C-contiguous complex array (..., batch) as the real array (..., 2 batch) of its parts: no copy."""
     return a.view(np.float64)
 
 
 def _output(out: Any, shape: tuple[int, ...], what: str) -> Any:
-    """``out`` if it is a C-contiguous complex128 array of ``shape``, else ValueError."""
+    """``out`` if it is a C-contiguous complex128 array of ``shape``, else ArgumentError."""
     if tuple(out.shape) != shape or out.dtype != np.complex128 or not out.flags.c_contiguous:
-        raise ValueError(
+        raise FieldError(
             f"{what}: out has shape {tuple(out.shape)} and dtype {out.dtype}, expected a C-contiguous {shape} "
             "complex128 array"
         )
     return out
 
 
-def _checked_subset(values: Sequence[int] | np.ndarray | None, n: int, what: str, allowed: str) -> np.ndarray:
-    """``values`` as distinct ints within [0, n) (default all of them), or ValueError naming the problem."""
-    if values is None:
-        return np.arange(n)
-    out = np.asarray(values, dtype=np.int64).reshape(-1)
-    if out.size and (out.min() < 0 or out.max() >= n):
-        raise ValueError(f"{what} {out.min()}..{out.max()} lie outside {allowed}")
-    if len(np.unique(out)) != out.size:
-        raise ValueError(f"{what} repeat a value: each may appear once")
-    return out
+def check_truncation(truncation: Any, grid: OctahedralGrid) -> int:
+    """The truncation T on ``grid``: a whole number from 0 to N - 1; None gives N - 1."""
+    n = grid.N
+    if truncation is None:
+        return n - 1
+    t = whole_number(truncation, "truncation")
+    if not 0 <= t <= n - 1:
+        raise ArgumentError(
+            f"truncation T = {t} on {grid.name}: T must be between 0 and N - 1 = {n - 1} "
+            f"(the octahedral grid resolves up to T = N - 1, e.g. TCo{n - 1} on O{n})"
+        )
+    return t

@@ -1,0 +1,76 @@
+"""Checks of the arguments of gridcomm's public constructors. Each returns the value in the form the code uses, or
+raises ``ArgumentTypeError`` (a wrong type: a float, a string or a bool where a whole number belongs) or
+``ArgumentError`` (a value out of range), naming the argument, what it was given and what it takes. Nothing is
+converted silently: 5.5 is not taken for 5, nor "5" for 5, nor True for 1."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ArgumentError, ArgumentTypeError
+
+
+def is_whole_number(value: Any) -> bool:
+    """A Python or NumPy integer, not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def whole_number(value: Any, what: str, least: int | None = None, most: int | None = None) -> int:
+    """``value`` as an int within [least, most] (either bound may be None)."""
+    if not is_whole_number(value):
+        raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}): give a whole number (int)")
+    n = int(value)
+    if (least is not None and n < least) or (most is not None and n > most):
+        bounds = f"between {least} and {most}" if least is not None and most is not None else (
+            f"at least {least}" if least is not None else f"at most {most}"
+        )  # fmt: skip
+        raise ArgumentError(f"{what}={n}: must be {bounds}")
+    return n
+
+
+def real_number(value: Any, what: str, positive: bool = False) -> float:
+    """``value`` (a Python or NumPy integer or float, not a bool) as a finite float; above 0 where ``positive``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}): give a number")
+    x = float(value)
+    if not math.isfinite(x) or (positive and x <= 0):
+        raise ArgumentError(f"{what}={value!r}: give a {'positive' if positive else 'finite'} number")
+    return x
+
+
+def flag(value: Any, what: str) -> bool:
+    """``value`` (a Python or NumPy bool) as a bool: a truthy string or number is not taken for True."""
+    if not isinstance(value, bool | np.bool_):
+        raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}): give True or False")
+    return bool(value)
+
+
+def index_set(values: Sequence[int] | np.ndarray | None, what: str, n: int, allowed: str) -> np.ndarray:
+    """``values``, a sequence or 1-D array of distinct whole numbers within [0, n) (``allowed`` says what they
+    index), as an int64 array; None gives all of them, 0 .. n - 1. Empty is allowed."""
+    if values is None:
+        return np.arange(n, dtype=np.int64)
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise ArgumentTypeError(f"{what}: a {values.ndim}-D array; give a 1-D sequence of {allowed}")
+        entries = list(values)
+    elif isinstance(values, Sequence | range) and not isinstance(values, str | bytes):
+        entries = list(values)
+    else:
+        raise ArgumentTypeError(f"{what}={values!r} ({type(values).__name__}): give a sequence of {allowed}")
+    for v in entries:
+        if not is_whole_number(v):
+            raise ArgumentTypeError(f"{what} holds {v!r} ({type(v).__name__}): give whole numbers, {allowed}")
+    if entries and (min(entries) < 0 or max(entries) >= n):  # Python ints: no overflow on the way
+        raise ArgumentError(f"{what} {min(entries)}..{max(entries)} lie outside {allowed}")
+    out = np.array(entries, dtype=np.int64).reshape(-1)
+    if len(np.unique(out)) != out.size:
+        raise ArgumentError(f"{what} repeat a value: each may appear once")
+    return out
+
+
+__all__ = ["flag", "index_set", "is_whole_number", "real_number", "whole_number"]
