@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..arguments import is_whole_number
 from ..arrays import check_dtype, resolve_array_module, to_host
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, DecompositionError, FieldError
@@ -21,14 +22,9 @@ HaloSpec = int | Sequence[int | tuple[int, int]]
 _HALO_FORMS = "give one int, one int per dimension, or a (low, high) pair per dimension, e.g. halo=((1, 1), (2, 0))"
 
 
-def _is_integer(value: Any) -> bool:
-    """A Python or NumPy integer, not a bool."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 def _integer(value: Any, what: str, whole: Any) -> int:
     """``value`` (an entry of argument ``what``, which is ``whole``) as an int; ArgumentTypeError otherwise."""
-    if not _is_integer(value):
+    if not is_whole_number(value):
         raise ArgumentTypeError(
             f"{what}={whole!r} holds {value!r} ({type(value).__name__}); its entries are whole numbers (int)"
         )
@@ -54,14 +50,14 @@ def _normalise_shape(global_shape: Any) -> tuple[int, ...]:
 
 
 def _normalise_halo(halo: HaloSpec, ndim: int) -> tuple[tuple[int, int], ...]:
-    widths = [halo] * ndim if _is_integer(halo) else _entries(halo, "halo", _HALO_FORMS)
+    widths = [halo] * ndim if is_whole_number(halo) else _entries(halo, "halo", _HALO_FORMS)
     if len(widths) != ndim:
         raise DecompositionError(
             f"halo={halo!r} gives {len(widths)} dimension(s) but global_shape has {ndim}; {_HALO_FORMS}"
         )
     result = []
     for w in widths:
-        if _is_integer(w):
+        if is_whole_number(w):
             pair = [w, w]
         elif isinstance(w, np.ndarray | Sequence) and not isinstance(w, str | bytes):
             pair = [_integer(x, "halo", halo) for x in _entries(w, "halo", _HALO_FORMS)]
