@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arguments import flag, whole_number
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
 from ...exchange import HaloExchanger, NoExchange
@@ -97,6 +98,7 @@ class Stencil2D:
         seed: int = DEFAULT_SEED,
     ) -> None:
         self.n = check_n(n)
+        exchange, seed = flag(exchange, "exchange"), whole_number(seed, "seed", least=0)
         self.halo = check_halo(halo, self.n)
         self.dtype = check_dtype(dtype)
         self.xp: types.ModuleType = resolve_xp(xp)
