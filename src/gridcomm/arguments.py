@@ -49,28 +49,31 @@ def flag(value: Any, what: str) -> bool:
     return bool(value)
 
 
+def entries(value: Any, what: str, hint: str) -> list[Any]:
+    """The entries of argument ``what``: a sequence or an array (its first axis); ArgumentTypeError with ``hint``
+    for anything else (a scalar, a string, a mapping, a set, a 0-d array)."""
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return list(value)
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return list(value)
+    raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}) is not a sequence; {hint}")
+
+
 def index_set(values: Sequence[int] | np.ndarray | None, what: str, n: int, allowed: str) -> np.ndarray:
     """``values``, a sequence or 1-D array of distinct whole numbers within [0, n) (``allowed`` says what they
     index), as an int64 array; None gives all of them, 0 .. n - 1. Empty is allowed."""
     if values is None:
         return np.arange(n, dtype=np.int64)
-    if isinstance(values, np.ndarray):
-        if values.ndim != 1:
-            raise ArgumentTypeError(f"{what}: a {values.ndim}-D array; give a 1-D sequence of {allowed}")
-        entries = list(values)
-    elif isinstance(values, Sequence | range) and not isinstance(values, str | bytes):
-        entries = list(values)
-    else:
-        raise ArgumentTypeError(f"{what}={values!r} ({type(values).__name__}): give a sequence of {allowed}")
-    for v in entries:
+    given = entries(values, what, f"give a sequence of {allowed}")
+    for v in given:  # a 2-D array's entries are rows: no whole numbers either
         if not is_whole_number(v):
             raise ArgumentTypeError(f"{what} holds {v!r} ({type(v).__name__}): give whole numbers, {allowed}")
-    if entries and (min(entries) < 0 or max(entries) >= n):  # Python ints: no overflow on the way
-        raise ArgumentError(f"{what} {min(entries)}..{max(entries)} lie outside {allowed}")
-    out = np.array(entries, dtype=np.int64).reshape(-1)
+    if given and (min(given) < 0 or max(given) >= n):  # Python ints: no overflow on the way
+        raise ArgumentError(f"{what} {min(given)}..{max(given)} lie outside {allowed}")
+    out = np.array(given, dtype=np.int64).reshape(-1)
     if len(np.unique(out)) != out.size:
         raise ArgumentError(f"{what} repeat a value: each may appear once")
     return out
 
 
-__all__ = ["flag", "index_set", "is_whole_number", "real_number", "whole_number"]
+__all__ = ["entries", "flag", "index_set", "is_whole_number", "real_number", "whole_number"]

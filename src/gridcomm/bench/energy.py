@@ -21,6 +21,8 @@ from ..comm import Communicator
 
 #: The least duration of a region whose energy is reported, seconds: NVML's counter then advances many times.
 ENERGY_REGION_S = 1.0
+#: Why a run on the CPU has no energy figure.
+GPUS_ONLY = "NVML meters GPUs only"
 
 
 @dataclass(frozen=True)
@@ -113,4 +115,4 @@ def energy_of_steps(
     return meter.result, steps
 
 
-__all__ = ["ENERGY_REGION_S", "Energy", "EnergyMeter", "energy_of_steps"]
+__all__ = ["ENERGY_REGION_S", "GPUS_ONLY", "Energy", "EnergyMeter", "energy_of_steps"]

@@ -23,7 +23,7 @@ from ..apps.stencil2d import CPU_MODES, Stencil2D
 from ..apps.stencil2d.config import SHMEM_MODES, check_mode, resolve_xp
 from ..comm import Communicator
 from ..transports import NvshmemTransport, Transport, choose
-from .energy import energy_of_steps
+from .energy import GPUS_ONLY, energy_of_steps
 from .seeds import SEED_004_SOURCE, SEED_004_US, seed_reference
 
 DEFAULT_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -54,7 +54,7 @@ class _Clock:
         return sim.xp.cuda.get_elapsed_time(self._begin, self._end) / 1e3
 
 
-NO_ENERGY_ON_CPU = {"joules_per_step": None, "watts": None, "energy_why": "NVML meters GPUs only"}
+NO_ENERGY_ON_CPU = {"joules_per_step": None, "watts": None, "energy_why": GPUS_ONLY}
 
 
 def energy_per_step(sim: Stencil2D, step_s: float) -> dict[str, Any]:

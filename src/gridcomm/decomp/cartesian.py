@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..arguments import is_whole_number
+from ..arguments import entries, is_whole_number
 from ..arrays import check_dtype, resolve_array_module, to_host
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, DecompositionError, FieldError
@@ -31,26 +31,16 @@ def _integer(value: Any, what: str, whole: Any) -> int:
     return int(value)
 
 
-def _entries(value: Any, what: str, hint: str) -> list[Any]:
-    """The entries of argument ``what``: a sequence or an array (its first axis); ArgumentTypeError with ``hint``
-    for anything else (a scalar, a string, a mapping, a set, a 0-d array)."""
-    if isinstance(value, np.ndarray) and value.ndim >= 1:
-        return list(value)
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        return list(value)
-    raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}) is not a sequence; {hint}")
-
-
 def _normalise_shape(global_shape: Any) -> tuple[int, ...]:
-    entries = _entries(global_shape, "global_shape", "give points per dimension, e.g. global_shape=(400, 300)")
-    shape = tuple(_integer(n, "global_shape", global_shape) for n in entries)
+    given = entries(global_shape, "global_shape", "give points per dimension, e.g. global_shape=(400, 300)")
+    shape = tuple(_integer(n, "global_shape", global_shape) for n in given)
     if not 1 <= len(shape) <= 3 or any(n < 1 for n in shape):
         raise DecompositionError(f"global_shape={shape!r} must have 1 to 3 dimensions, each at least 1 point")
     return shape
 
 
 def _normalise_halo(halo: HaloSpec, ndim: int) -> tuple[tuple[int, int], ...]:
-    widths = [halo] * ndim if is_whole_number(halo) else _entries(halo, "halo", _HALO_FORMS)
+    widths = [halo] * ndim if is_whole_number(halo) else entries(halo, "halo", _HALO_FORMS)
     if len(widths) != ndim:
         raise DecompositionError(
             f"halo={halo!r} gives {len(widths)} dimension(s) but global_shape has {ndim}; {_HALO_FORMS}"
@@ -60,7 +50,7 @@ def _normalise_halo(halo: HaloSpec, ndim: int) -> tuple[tuple[int, int], ...]:
         if is_whole_number(w):
             pair = [w, w]
         elif isinstance(w, np.ndarray | Sequence) and not isinstance(w, str | bytes):
-            pair = [_integer(x, "halo", halo) for x in _entries(w, "halo", _HALO_FORMS)]
+            pair = [_integer(x, "halo", halo) for x in entries(w, "halo", _HALO_FORMS)]
         else:
             raise ArgumentTypeError(f"halo={halo!r} holds {w!r} ({type(w).__name__}); {_HALO_FORMS}")
         if len(pair) != 2 or any(x < 0 for x in pair):
@@ -73,7 +63,7 @@ def _normalise_halo(halo: HaloSpec, ndim: int) -> tuple[tuple[int, int], ...]:
 
 def _normalise_periodic(periodic: Any, ndim: int) -> tuple[bool, ...]:
     hint = "give one bool or one per dimension, e.g. periodic=(True, False)"
-    wraps = [periodic] * ndim if isinstance(periodic, bool | np.bool_) else _entries(periodic, "periodic", hint)
+    wraps = [periodic] * ndim if isinstance(periodic, bool | np.bool_) else entries(periodic, "periodic", hint)
     if len(wraps) != ndim:
         raise DecompositionError(f"periodic={periodic!r} needs one bool or {ndim} of them (one per dimension)")
     for p in wraps:
@@ -143,7 +133,7 @@ class CartesianDecomposition:
         size = self.comm.size
         if proc_grid is not None:
             hint = "give ranks per dimension (0 = choose), e.g. proc_grid=(2, 0), or None"
-            grid = tuple(_integer(p, "proc_grid", proc_grid) for p in _entries(proc_grid, "proc_grid", hint))
+            grid = tuple(_integer(p, "proc_grid", proc_grid) for p in entries(proc_grid, "proc_grid", hint))
             if len(grid) != self.ndim or any(p < 0 for p in grid):
                 raise DecompositionError(f"proc_grid={grid!r} needs {self.ndim} non-negative entries (0 = choose)")
             if all(grid):

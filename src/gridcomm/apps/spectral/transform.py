@@ -354,9 +354,10 @@ class SpectralTransform:
 
 class ProductClock:
     """Seconds spent in the Legendre matrix products alone, apart from the moves around them (``operands``), on
-    the device of ``xp``: a CUDA event pair around each product on the GPU, read by ``seconds()`` once the
-    products are done (it waits for them), the host's clock on the CPU. Set one as a transform's
-    ``product_clock`` (``DistributedTransform`` does) to split its Legendre time."""
+    the device of ``xp``: a CUDA event pair around each product on the GPU, the host's clock on the CPU. Set one
+    as a transform's ``product_clock`` (``DistributedTransform`` does) to split its Legendre time. Event pairs
+    whose products have ended are read as new ones are recorded, so that none pile up however long it runs;
+    ``seconds()`` waits for the rest."""
 
     def __init__(self, xp: Any) -> None:
         self.xp = xp
@@ -372,6 +373,7 @@ class ProductClock:
             yield
             self._seconds += time.perf_counter() - start
             return
+        self._read(wait=False)
         pair = self._spare.pop() if self._spare else (self.xp.cuda.Event(), self.xp.cuda.Event())
         pair[0].record()
         yield
@@ -380,12 +382,21 @@ class ProductClock:
 
     def seconds(self) -> float:
         """The products' seconds so far (waits for the last one timed to end)."""
+        self._read(wait=True)
+        return self._seconds
+
+    def _read(self, wait: bool) -> None:
+        """Add up the pending event pairs, oldest first: all of them (waiting for each), or without ``wait``
+        those whose product has ended."""
+        done = 0
         for start, stop in self._pending:
+            if not (wait or stop.done):
+                break
             stop.synchronize()
             self._seconds += self.xp.cuda.get_elapsed_time(start, stop) / 1e3
-        self._spare += self._pending
-        self._pending = []
-        return self._seconds
+            done += 1
+        self._spare += self._pending[:done]
+        del self._pending[:done]
 
     def reset(self) -> None:
         """Start again from zero (what was pending is dropped)."""
@@ -420,7 +431,7 @@ def _real(a: Any) -> Any:
 
 
 def _output(out: Any, shape: tuple[int, ...], what: str) -> Any:
-    """``out`` if it is a C-contiguous complex128 array of ``shape``, else ArgumentError."""
+    """``out`` if it is a C-contiguous complex128 array of ``shape``, else FieldError."""
     if tuple(out.shape) != shape or out.dtype != np.complex128 or not out.flags.c_contiguous:
         raise FieldError(
             f"{what}: out has shape {tuple(out.shape)} and dtype {out.dtype}, expected a C-contiguous {shape} "
