@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gridcomm import GridcommError
 from gridcomm.apps.spectral.legendre import (
     gauss_legendre,
     gauss_legendre_colatitudes,
@@ -174,10 +175,10 @@ def test_legendre_recurrence_coefficients() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"m": 5, "lmax": 4, "x": [0.0]}, "m must be <= lmax"),
-        ({"m": -1, "lmax": 4, "x": [0.0]}, "m must be >= 0"),
-        ({"m": 1.5, "lmax": 4, "x": [0.0]}, "m must be an integer"),
-        ({"m": 0, "lmax": True, "x": [0.0]}, "lmax must be an integer"),
+        ({"m": 5, "lmax": 4, "x": [0.0]}, r"lmax=4: must be at least 5 \(the largest degree, at least m\)"),
+        ({"m": -1, "lmax": 4, "x": [0.0]}, "m=-1: must be at least 0"),
+        ({"m": 1.5, "lmax": 4, "x": [0.0]}, r"m=1.5 \(float\): give a whole number"),
+        ({"m": 0, "lmax": True, "x": [0.0]}, r"lmax=True \(bool\): give a whole number"),
         ({"m": 0, "lmax": 4, "x": [0.5, 1.0000001]}, r"x must lie within \[-1, 1\]"),
         ({"m": 0, "lmax": 4, "x": [-1.5]}, r"x must lie within \[-1, 1\]"),
         ({"m": 0, "lmax": 4, "x": [np.nan]}, "x contains NaN"),
@@ -189,15 +190,18 @@ def test_legendre_recurrence_coefficients() -> None:
     ],
 )
 def test_legendre_functions_rejects_bad_input(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(GridcommError, match=match):  # ArgumentError (a ValueError) or ArgumentTypeError
         legendre_functions(**kwargs)
 
 
-@pytest.mark.parametrize(("n", "match"), [(0, "n must be >= 1"), (-3, "n must be >= 1"), (2.0, "n must be an integer")])
+@pytest.mark.parametrize(
+    ("n", "match"),
+    [(0, "n=0: must be at least 1"), (-3, "n=-3: must be at least 1"), (2.0, "n=2.0 \\(float\\): give a whole number")],
+)
 def test_gauss_legendre_rejects_bad_n(n: object, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(GridcommError, match=match):
         gauss_legendre(n)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(GridcommError, match=match):
         gauss_legendre_colatitudes(n)  # type: ignore[arg-type]
 
 

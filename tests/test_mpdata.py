@@ -119,6 +119,51 @@ def test_bad_input():
         Mpdata(thin, np.zeros(thin.n_edges), np.zeros((thin.n_edges, 3)), 1.0)
 
 
+# Faults of the solver's own arguments, built directly (setup_mpdata checks the same through solver_options).
+SOLVER_FAULTS = [
+    ("levels", 2.5, "ArgumentTypeError", "levels=2.5"), ("levels", 0, "ArgumentError", "levels=0"),
+    ("levels", np.float64(2), "ArgumentTypeError", "levels"), ("fct", "no", "ArgumentTypeError", "fct"),
+    ("iterations", 2, "ArgumentError", "iterations=2"), ("iterations", 0.0, "ArgumentTypeError", "iterations"),
+    ("graphs", 1, "ArgumentTypeError", "graphs"), ("levels_per_thread", 3, "ArgumentError", "levels_per_thread"),
+    ("dt", 0.0, "ArgumentError", "dt"), ("dt", "60", "ArgumentTypeError", "dt"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argument", "value", "error", "word"), SOLVER_FAULTS)
+def test_solver_refuses_bad_arguments(argument, value, error, word):
+    """Mpdata(levels=2.5) once ran 2 levels: every argument of the solver is checked where it is built."""
+    from gridcomm import errors
+
+    local = LocalMesh.serial(MedianDualMesh(2))
+    options = {"dt": 1.0, "levels": 2, argument: value}
+    with pytest.raises(getattr(errors, error), match=word):
+        Mpdata(local, np.zeros(local.n_edges), np.zeros((local.n_edges, 3)), **options)
+
+
+# Faults of run_mpdata's own arguments, refused before the mesh is built.
+RUN_FAULTS = [
+    ("revolutions", 0, "ArgumentError", "revolutions"), ("revolutions", "1", "ArgumentTypeError", "revolutions"),
+    ("revolutions", float("nan"), "ArgumentError", "revolutions"), ("steps", -1, "ArgumentError", "steps=-1"),
+    ("steps", 2.0, "ArgumentTypeError", "steps"), ("alpha", None, "ArgumentTypeError", "alpha"),
+    ("progress", "bar", "ArgumentTypeError", "progress"),
+    ("return_fields", "yes", "ArgumentTypeError", "return_fields"),
+    ("levels", 1.5, "ArgumentTypeError", "levels"), ("dt", "60", "ArgumentTypeError", "dt"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argument", "value", "error", "word"), RUN_FAULTS)
+def test_run_refuses_bad_arguments(argument, value, error, word, monkeypatch):
+    from gridcomm import errors
+    from gridcomm.apps.mpdata import driver
+
+    def no_mesh(*args, **kwargs):
+        raise AssertionError("the mesh was built before the arguments were checked")
+
+    monkeypatch.setattr(driver, "MedianDualMesh", no_mesh)
+    with pytest.raises(getattr(errors, error), match=word):
+        run_mpdata(None, "O4", **{"steps": 1, argument: value})
+
+
 # Faults of setup_mpdata's arguments: (argument, bad value, error class name, word its message must hold).
 SETUP_FAULTS = [
     ("levels", 0, "ArgumentError", "levels"), ("levels", 2.5, "ArgumentTypeError", "levels"),

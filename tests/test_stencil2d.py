@@ -183,12 +183,14 @@ def test_gpu_initiated_modes_on_the_cpu_are_a_clear_error(mode):
 
 def test_bad_input_is_a_clear_error():
     cases = [
-        ({"n": 0}, r"n=0: .* n must be an integer >= 1"),
-        ({"n": -3}, r"n must be an integer >= 1"),
-        ({"n": 2.5}, r"n must be an integer >= 1"),
+        ({"n": 0}, r"n=0: must be at least 1 \(the block of each rank is n x n points\)"),
+        ({"n": -3}, r"n=-3: must be at least 1"),
+        ({"n": 2.5}, r"n=2.5 \(float\): give a whole number"),
+        ({"n": True}, r"n=True \(bool\): give a whole number"),
         ({"n": 8, "mode": "fast"}, r"mode='fast' is unknown; use one of traditional, overlapped, graph"),
         ({"n": 4, "halo": 5}, r"halo width 5 is wider than the block of 4 x 4 points"),
-        ({"n": 4, "halo": 0}, r"halo >= 1"),
+        ({"n": 4, "halo": 0}, r"halo=0: must be at least 1 \(the five-point stencil reads 1 point"),
+        ({"n": 4, "halo": 1.0}, r"halo=1.0 \(float\): give a whole number"),
         ({"n": 8, "dtype": "int32"}, r"dtype='int32'.*float64 or float32"),
         ({"n": 8, "xp": "torch"}, r"xp='torch'.*numpy \(CPU\) or cupy \(GPU\)"),
     ]

@@ -19,16 +19,27 @@ def is_whole_number(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-def whole_number(value: Any, what: str, least: int | None = None, most: int | None = None) -> int:
-    """``value`` as an int within [least, most] (either bound may be None)."""
+def whole_number(
+    value: Any,
+    what: str,
+    least: int | None = None,
+    most: int | None = None,
+    *,
+    meaning: str = "",
+    error: type[Exception] | None = None,
+) -> int:
+    """``value`` as an int within [least, most] (either bound may be None). ``meaning`` (what the number is)
+    is added to the message; ``error``, the caller's own error class (e.g. StencilError), is raised for both a
+    wrong type and a value out of range instead of ArgumentTypeError and ArgumentError."""
+    why = f" ({meaning})" if meaning else ""
     if not is_whole_number(value):
-        raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}): give a whole number (int)")
+        raise (error or ArgumentTypeError)(f"{what}={value!r} ({type(value).__name__}): give a whole number (int){why}")
     n = int(value)
     if (least is not None and n < least) or (most is not None and n > most):
         bounds = f"between {least} and {most}" if least is not None and most is not None else (
             f"at least {least}" if least is not None else f"at most {most}"
         )  # fmt: skip
-        raise ArgumentError(f"{what}={n}: must be {bounds}")
+        raise (error or ArgumentError)(f"{what}={n}: must be {bounds}{why}")
     return n
 
 

@@ -7,23 +7,13 @@ weights sum to 2, the length of [-1, 1].
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..arguments import whole_number
 
 __all__ = ["gauss_legendre", "gauss_legendre_colatitudes"]
-
-
-def _as_int(value: object, name: str) -> int:
-    if isinstance(value, bool):
-        raise ArgumentError(f"{name} must be an integer, got bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ArgumentError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
 def _legendre_pair(n: int, u: np.ndarray, polar: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,9 +42,7 @@ def _legendre_pair(n: int, u: np.ndarray, polar: bool) -> tuple[np.ndarray, np.n
 
 def _gauss_legendre_half(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Northern nodes (equator included for odd n) of the n-point rule: colatitude, x = cos(theta), weight."""
-    n = _as_int(n, "n")
-    if n < 1:
-        raise ArgumentError(f"n must be >= 1, got {n}")
+    n = whole_number(n, "n", least=1, meaning="nodes of the rule")
     k = np.arange(1, (n + 1) // 2 + 1, dtype=np.float64)
     # Tricomi's estimate x_k ~ (1 - (n-1)/(8 n^3)) cos(phi_k), phi_k = pi (4k-1)/(4n+2), written as a shift of
     # the angle (dx = -sin(theta) dtheta); its error, O(n^-4) mid-range and larger next to the poles, Newton mends.

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..pattern import Box, PeerPlan, Rows
-from .layout import FieldSpec, Layout, PeerMessage
+from .layout import BufferedMessages, FieldSpec, Layout, PeerMessage
 
 
 def _segment_view(buffer: Any, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...], order: str) -> Any:
@@ -24,7 +24,7 @@ def _put_rows(field: Any, index: Any, packed: Any) -> None:
     field[index] = packed
 
 
-class CopyPacker:
+class CopyPacker(BufferedMessages):
     """Packs fields into one send buffer and unpacks one receive buffer into them (or into other arrays).
 
     Args:
@@ -83,16 +83,6 @@ class CopyPacker:
         """Copy the receive buffer into every receive selection (of the destinations)."""
         for copy in self._unpack:
             copy()
-
-    def send_message(self, index: int) -> Any:
-        """The bytes of send message ``index`` (a view of the send buffer)."""
-        m = self.layout.sends[index]
-        return self.send_buffer[m.offset : m.offset + m.nbytes]
-
-    def recv_message(self, index: int) -> Any:
-        """The bytes of receive message ``index`` (a view of the receive buffer)."""
-        m = self.layout.recvs[index]
-        return self.recv_buffer[m.offset : m.offset + m.nbytes]
 
     def close(self) -> None:
         self._pack, self._unpack = [], []

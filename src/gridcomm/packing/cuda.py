@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .geometry import RunGrid, message_grid, paired_grids, run_grid
-from .layout import FieldSpec, Layout, PeerMessage
+from .layout import BufferedMessages, FieldSpec, Layout, PeerMessage
 
 # Columns of a row of the descriptor table (kept in step with the enum in kernels/runs.cuh).
 SRC, SRC_STRIDE0, SRC_STRIDE1, SRC_INDEX, DST, DST_STRIDE0, DST_STRIDE1, DST_INDEX = range(8)
@@ -210,7 +210,7 @@ class SegmentTable:
             kernel("pack.cu", "gridcomm_copy_runs")((self.grid,), (THREADS,), self.args, stream=stream)
 
 
-class CudaPacker:
+class CudaPacker(BufferedMessages):
     """Packs all fields for all peers into one device send buffer in one launch, and unpacks likewise;
     what a rank sends itself is copied field to field in the pack launch.
 
@@ -256,14 +256,6 @@ class CudaPacker:
     def unpack(self) -> None:
         """Enqueue the unpack launch on ``self.stream``."""
         self._unpack.copy(self.stream)
-
-    def send_message(self, index: int) -> Any:
-        m = self.layout.sends[index]
-        return self.send_buffer[m.offset : m.offset + m.nbytes]
-
-    def recv_message(self, index: int) -> Any:
-        m = self.layout.recvs[index]
-        return self.recv_buffer[m.offset : m.offset + m.nbytes]
 
     def close(self) -> None:
         self._pack = self._unpack = None

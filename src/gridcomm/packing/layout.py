@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -94,3 +95,22 @@ class Layout:
             if segments:
                 messages.append(PeerMessage(peer, start, offset - start, tuple(segments)))
         return tuple(messages), offset
+
+
+class BufferedMessages:
+    """The message views of a packer that keeps its messages back to back in two contiguous byte buffers,
+    ``send_buffer`` and ``recv_buffer``, laid out by ``layout`` (the host and the CUDA packers)."""
+
+    layout: Layout
+    send_buffer: Any
+    recv_buffer: Any
+
+    def send_message(self, index: int) -> Any:
+        """The bytes of send message ``index`` (a view of the send buffer)."""
+        m = self.layout.sends[index]
+        return self.send_buffer[m.offset : m.offset + m.nbytes]
+
+    def recv_message(self, index: int) -> Any:
+        """The bytes of receive message ``index`` (a view of the receive buffer)."""
+        m = self.layout.recvs[index]
+        return self.recv_buffer[m.offset : m.offset + m.nbytes]

@@ -12,15 +12,14 @@ import numpy as np
 
 from ...arguments import flag, real_number, whole_number
 from ...arrays import resolve_array_module
-from ...errors import ArgumentError
+from ...errors import ArgumentError, ArgumentTypeError
 from ...grids.local import LocalMesh
 from ...grids.mesh import MedianDualMesh
 from ...grids.octahedral import OctahedralGrid
 from ...grids.partition import equal_regions, validate_owner
 from ...transports import requested
 from .cfl import check_cfl, dt_for_courant
-from .cuda_kernels import check_levels_per_thread
-from .scheme import Mpdata
+from .scheme import Mpdata, solver_options
 from .testcase import CosineBell, error_norms, total_mass
 
 DEFAULT_COURANT = 0.5
@@ -69,15 +68,10 @@ def setup_mpdata(
     ``"none"`` for no exchanger at all (one rank only: a benchmark's compute-only figure). ``graphs`` and
     ``levels_per_thread``: see :class:`~gridcomm.apps.mpdata.scheme.Mpdata`.
     """
-    levels = whole_number(levels, "levels", least=1)
-    alpha = real_number(alpha, "alpha")
-    courant = None if courant is None else real_number(courant, "courant")  # its range: dt_for_courant
-    dt = None if dt is None else real_number(dt, "dt")  # its range: check_cfl
-    period_s = None if period_s is None else real_number(period_s, "period_s", positive=True)
-    fct, graphs = flag(fct, "fct"), flag(graphs, "graphs")
-    iterations = whole_number(iterations, "iterations")  # its range: Mpdata
-    if levels_per_thread is not None:
-        check_levels_per_thread(levels, whole_number(levels_per_thread, "levels_per_thread"))
+    levels, fct, iterations, graphs, levels_per_thread = solver_options(
+        levels, fct, iterations, graphs, levels_per_thread
+    )
+    alpha, courant, dt, period_s = _case_options(alpha, courant, dt, period_s)
     if transport not in ("host", "none"):
         requested(transport)
     comm = _communicator(comm)
@@ -135,6 +129,18 @@ def setup_mpdata(
     return Setup(mesh, case, np.asarray(owner), local, solver, decomposition, float(dt), achieved)
 
 
+def _case_options(
+    alpha: Any, courant: Any, dt: Any, period_s: Any
+) -> tuple[float, float | None, float | None, float | None]:
+    """The test case's and the time step's arguments checked (their ranges: dt_for_courant and check_cfl)."""
+    return (
+        real_number(alpha, "alpha"),
+        None if courant is None else real_number(courant, "courant"),
+        None if dt is None else real_number(dt, "dt"),
+        None if period_s is None else real_number(period_s, "period_s", positive=True),
+    )
+
+
 def _communicator(comm: Any) -> Any:
     """None stays None (one rank, no MPI); an mpi4py communicator is wrapped in a gridcomm Communicator."""
     if comm is None:
@@ -189,10 +195,13 @@ def run_mpdata(
     ``return_fields``, rank 0's dict also holds ``initial``, ``final`` and ``exact`` (V, levels) arrays by
     global id. ``xp``, ``transport``, ``graphs``: as for :func:`setup_mpdata`.
     """
-    if not revolutions > 0:
-        raise ArgumentError(f"revolutions must be positive, got {revolutions!r}")
-    if steps is not None and steps < 0:
-        raise ArgumentError(f"steps must be >= 0, got {steps!r}")
+    revolutions = real_number(revolutions, "revolutions", positive=True)
+    steps = None if steps is None else whole_number(steps, "steps", least=0)
+    if progress is not None and not callable(progress):
+        raise ArgumentTypeError(f"progress={progress!r}: give a function progress(done, total), or None")
+    return_fields = flag(return_fields, "return_fields")
+    solver_options(levels, fct, iterations, graphs, None)  # before the mesh is built (setup_mpdata checks again)
+    alpha, courant, dt, period_s = _case_options(alpha, courant, dt, period_s)
     comm = _communicator(comm)
     mesh = grid if isinstance(grid, MedianDualMesh) else MedianDualMesh(grid)
     case = CosineBell(alpha=float(alpha), radius=mesh.radius, **({} if period_s is None else {"period_s": period_s}))

@@ -50,10 +50,12 @@ from typing import Any
 
 import numpy as np
 
+from ...arguments import flag, real_number, whole_number
 from ...arrays import resolve_array_module
 from ...errors import ArgumentError
 from ...exchange import NoExchange
 from ...grids.local import LocalMesh
+from .cuda_kernels import check_levels_per_thread
 from .tables import INNER, OUTER, MeshTables
 
 #: Stream priority asking for the device's highest: an exchange's small kernels then run between the blocks of
@@ -63,6 +65,23 @@ HIGHEST_PRIORITY = -1000
 
 def no_exchanger(fields: Sequence[Any]) -> NoExchange:
     return NoExchange()
+
+
+def solver_options(
+    levels: Any, fct: Any, iterations: Any, graphs: Any, levels_per_thread: Any
+) -> tuple[int, bool, int, bool, int | None]:
+    """The solver's own arguments (see :class:`Mpdata`) checked and in the form it uses: ArgumentTypeError for
+    a wrong type (2.5 levels, fct="yes"), ArgumentError for a value out of range."""
+    levels = whole_number(levels, "levels", least=1, meaning="vertical levels of every field")
+    iterations = whole_number(
+        iterations, "iterations", least=0, most=1,
+        meaning="this MPDATA does 0 (upwind only) or 1 corrective iteration; more would need the pseudo-velocity's "
+        "full vector and one more halo exchange per iteration",
+    )  # fmt: skip
+    if levels_per_thread is not None:
+        levels_per_thread = whole_number(levels_per_thread, "levels_per_thread")
+        check_levels_per_thread(levels, levels_per_thread)
+    return levels, flag(fct, "fct"), iterations, flag(graphs, "graphs"), levels_per_thread
 
 
 class Fields:
@@ -122,15 +141,12 @@ class Mpdata:
         graphs: bool = False,
         levels_per_thread: int | None = None,
     ) -> None:
-        if iterations not in (0, 1):
-            raise ArgumentError(
-                f"iterations={iterations!r}: this MPDATA does 0 (upwind only) or 1 corrective iteration; more "
-                "would need the pseudo-velocity's full vector and one more halo exchange per iteration"
-            )
+        levels, fct, iterations, graphs, levels_per_thread = solver_options(
+            levels, fct, iterations, graphs, levels_per_thread
+        )
+        dt = real_number(dt, "dt", positive=True)
         if local.n_halo and local.layers < 2:
             raise ArgumentError(f"MPDATA needs 2 halo layers, the local mesh of part {local.part} has {local.layers}")
-        if levels < 1:
-            raise ArgumentError(f"levels must be at least 1, got {levels}")
         fluxes = np.asarray(fluxes, np.float64)
         velocities = np.asarray(velocities, np.float64)
         if fluxes.shape != (local.n_edges,) or velocities.shape != (local.n_edges, 3):
@@ -142,7 +158,7 @@ class Mpdata:
         self.on_gpu = self.xp.__name__ == "cupy"
         if graphs and not self.on_gpu:
             raise ArgumentError("graphs=True needs the GPU (xp=cupy): CUDA graphs replay GPU work")
-        self.local, self.dt, self.levels, self.fct, self.iterations = local, float(dt), int(levels), fct, iterations
+        self.local, self.dt, self.levels, self.fct, self.iterations = local, dt, levels, fct, iterations
         self.tables = MeshTables.build(local, fluxes, velocities, dt, self.levels)
         self.fields = f = Fields(self.xp, local.n_local, local.n_edges, self.levels)
         self.psi = f.psi

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...arguments import whole_number
 from ...errors import ArgumentError
-from ...grids.gauss import _as_int, gauss_legendre, gauss_legendre_colatitudes
+from ...grids.gauss import gauss_legendre, gauss_legendre_colatitudes
 
 __all__ = ["gauss_legendre", "gauss_legendre_colatitudes", "legendre_functions", "legendre_recurrence"]
 
@@ -47,11 +48,8 @@ def legendre_recurrence(m: int, lmax: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_degrees(m: object, lmax: object) -> tuple[int, int]:
-    m, lmax = _as_int(m, "m"), _as_int(lmax, "lmax")
-    if m < 0:
-        raise ArgumentError(f"m must be >= 0, got m={m}")
-    if m > lmax:
-        raise ArgumentError(f"m must be <= lmax, got m={m} > lmax={lmax}")
+    m = whole_number(m, "m", least=0, meaning="the zonal wavenumber")
+    lmax = whole_number(lmax, "lmax", least=m, meaning="the largest degree, at least m")
     return m, lmax
 
 

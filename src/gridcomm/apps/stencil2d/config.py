@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arguments import whole_number
 from ...arrays import resolve_array_module
 from ...errors import GridcommError
 
@@ -26,16 +27,12 @@ class StencilError(GridcommError, ValueError):
 
 def check_n(n: Any) -> int:
     """Points per rank side: an int of at least 1."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise StencilError(f"n={n!r}: the block of each rank is n x n points, so n must be an integer >= 1")
-    return int(n)
+    return whole_number(n, "n", least=1, meaning="the block of each rank is n x n points", error=StencilError)
 
 
 def check_steps(steps: Any) -> int:
     """A number of time steps: an int of at least 0."""
-    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 0:
-        raise StencilError(f"steps={steps!r} must be an integer >= 0")
-    return int(steps)
+    return whole_number(steps, "steps", least=0, meaning="time steps to run", error=StencilError)
 
 
 def check_mode(mode: Any, on_gpu: bool | None = None) -> str:
@@ -68,14 +65,15 @@ def check_dtype(dtype: Any) -> np.dtype:
 
 def check_halo(halo: Any, n: int) -> int:
     """Ghost width exchanged each step: at least 1 (the stencil's reach) and at most the block's n points."""
-    if isinstance(halo, bool) or not isinstance(halo, int | np.integer) or halo < 1:
-        raise StencilError(f"halo={halo!r}: the five-point stencil reads 1 point beyond the block, so halo >= 1")
+    halo = whole_number(
+        halo, "halo", least=1, meaning="the five-point stencil reads 1 point beyond the block", error=StencilError
+    )
     if halo > n:
         raise StencilError(
             f"halo width {halo} is wider than the block of {n} x {n} points per rank: a rank's halo would need "
             f"points from beyond its neighbour; use halo <= n (the stencil needs 1) or a larger n"
         )
-    return int(halo)
+    return halo
 
 
 def resolve_xp(xp: Any) -> types.ModuleType:
