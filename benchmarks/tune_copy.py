@@ -58,6 +58,12 @@ def contiguous_gbps(comm: Communicator, nbytes: int, samples: int) -> float:
     return min(comm.mpi.allgather(2 * nbytes / t.median / 1e9))
 
 
+def halo_case(text: str) -> HaloCase:
+    """``n x fields`` or ``n x fields x levels`` (60 levels by default: runs of 1440 bytes), halo 3."""
+    n, fields, *levels = (int(x) for x in text.split("x"))
+    return HaloCase(n, fields, levels[0] if levels else 60, 3)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
@@ -65,13 +71,13 @@ def main() -> int:
     parser.add_argument("--blocks-per-sm", default="4,8,16")
     parser.add_argument("--piece-units", default="0", help="units per piece dealt out in turn (0: one share)")
     parser.add_argument("--halos", default=",".join(f"{c.n}x{c.fields}" for c in HALOS),
-                        help="halo cases n x fields, comma-separated (60 levels, halo 3)")  # fmt: skip
+                        help="halo cases n x fields [x levels], comma-separated (60 levels unless given)")  # fmt: skip
     parser.add_argument("--halos-only", action="store_true", help="leave the ipc transfers out")
     parser.add_argument("--samples", type=int, default=5)
     args = parser.parse_args()
     if not under_launcher():
         return run_under_mpiexec(2, [sys.executable, __file__, *sys.argv[1:]])
-    halos = [HaloCase(*(int(x) for x in case.split("x")), 60, 3) for case in args.halos.split(",")]
+    halos = [halo_case(case) for case in args.halos.split(",")]
     comm = Communicator()
     use_local_gpu(comm)
     hbm = hbm_copy_gbps(comm)
@@ -104,7 +110,7 @@ def main() -> int:
             ],
             "contiguous_GBps": contiguous,
             "halos": [
-                {"n": c.n, "fields": c.fields, "pack_GBps": p, "unpack_GBps": u, "hbm_copy_GBps": hbm}
+                {**dataclasses.asdict(c), "pack_GBps": p, "unpack_GBps": u, "hbm_copy_GBps": hbm}
                 for c, (p, u) in zip(halos, rates, strict=True)
             ],
         }
@@ -116,7 +122,8 @@ def main() -> int:
                 for x in row["ipc"]
             )
             packs = "  ".join(
-                f"n{h['n']}x{h['fields']} pack {h['pack_GBps']:.0f} unpack {h['unpack_GBps']:.0f}" for h in row["halos"]
+                f"n{h['n']}x{h['fields']}x{h['levels']} pack {h['pack_GBps']:.0f} unpack {h['unpack_GBps']:.0f}"
+                for h in row["halos"]
             )
             print(
                 f"unroll {unroll} blocks/SM {blocks_per_sm} pieces {piece_units}: ipc {ipc} | {packs} | "

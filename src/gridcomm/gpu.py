@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from .arrays import cupy_or_none
 from .comm import Communicator
 from .errors import DeviceError
+from .kernel_text import include_folders, kernel_text
 
 
 def gpu_count() -> int:
@@ -78,7 +80,8 @@ def nccl_communicator(comm: Communicator) -> Any:
 
 def package_kernel(package: str, source: str, name: str, options: tuple[str, ...] = ("-std=c++17",)) -> Any:
     """Kernel ``name`` of the CUDA file ``source`` (package data of ``package``) on the current GPU, compiled by
-    NVRTC with ``options`` once per GPU (CuPy also caches the binary on disk)."""
+    NVRTC with ``options`` once per GPU (CuPy also caches the binary on disk, under a key that covers the
+    headers the file includes: ``gridcomm.kernel_text``)."""
     import cupy
 
     return _package_module(package, source, options, cupy.cuda.Device().id).get_function(name)
@@ -88,5 +91,6 @@ def package_kernel(package: str, source: str, name: str, options: tuple[str, ...
 def _package_module(package: str, source: str, options: tuple[str, ...], device: int) -> Any:
     import cupy
 
+    path = Path(str(resources.files(package).joinpath(source)))
     with cupy.cuda.Device(device):
-        return cupy.RawModule(code=resources.files(package).joinpath(source).read_text(), options=options)
+        return cupy.RawModule(code=kernel_text(path, include_folders(options)), options=options)

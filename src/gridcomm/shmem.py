@@ -32,6 +32,7 @@ import numpy as np
 from .comm import Communicator, raise_if_any
 from .errors import DeviceError, TransportError
 from .gpu import gpu_count
+from .kernel_text import headers_digest
 from .launch import ONE_CPU_ADVICE
 
 #: What to install for the nvshmem transport and the stencil2d modes that use NVSHMEM.
@@ -246,7 +247,8 @@ def build_cubin(source: Path, arch: str, options: tuple[str, ...] = ()) -> Path:
     flags = [f"-arch=sm_{arch}", "-rdc=true", "-std=c++17", "-O3", f"-I{home / 'include'}", f"-I{source.parent}"]
     flags += list(options)
     key = hashlib.sha256()
-    for part in (source.read_bytes(), " ".join(flags), _tool_version(nvcc), library.stat().st_size):
+    headers = headers_digest(source, [home / "include", source.parent])  # a changed header is a new binary
+    for part in (source.read_bytes(), headers, " ".join(flags), _tool_version(nvcc), library.stat().st_size):
         key.update(part if isinstance(part, bytes) else str(part).encode())
     target = cache_folder() / f"{source.stem}-sm{arch}-{key.hexdigest()[:20]}.cubin"
     if target.exists():

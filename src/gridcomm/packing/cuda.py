@@ -12,10 +12,12 @@ import functools
 import math
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..kernel_text import kernel_text
 from .geometry import RunGrid, message_grid, paired_grids, run_grid
 from .layout import BufferedMessages, FieldSpec, Layout, PeerMessage
 
@@ -32,14 +34,15 @@ BLOCKS_PER_SM = 6
 PIECE_UNITS = 1024  # units a block copies before the next block's turn (0: one contiguous share per block)
 
 
-def kernel_source(name: str) -> str:
-    """The text of ``packing/kernels/<name>``."""
-    return resources.files(__package__).joinpath("kernels", name).read_text()
+def kernel_folder() -> Path:
+    """Where the copy kernels' sources lie (``packing/kernels``)."""
+    return Path(str(resources.files(__package__).joinpath("kernels")))
 
 
 def kernel(source: str, name: str) -> Any:
     """Kernel ``name`` of ``packing/kernels/<source>``, compiled once by NVRTC (its includes resolved
-    beside it) for the current UNROLL and BLOCKS_PER_SM."""
+    beside it, and part of CuPy's cache key: ``gridcomm.kernel_text``) for the current UNROLL and
+    BLOCKS_PER_SM."""
     return _compiled(source, name, UNROLL, BLOCKS_PER_SM)
 
 
@@ -47,10 +50,10 @@ def kernel(source: str, name: str) -> Any:
 def _compiled(source: str, name: str, unroll: int, blocks_per_sm: int) -> Any:
     import cupy
 
-    folder = resources.files(__package__).joinpath("kernels")
+    folder = kernel_folder()
     options = ("-std=c++17", f"-I{folder}", f"-DUNROLL={unroll}", f"-DCOPY_THREADS={THREADS}",
                f"-DMIN_BLOCKS={blocks_per_sm}")  # fmt: skip
-    return cupy.RawModule(code=kernel_source(source), options=options).get_function(name)
+    return cupy.RawModule(code=kernel_text(folder / source, [folder]), options=options).get_function(name)
 
 
 @functools.cache
