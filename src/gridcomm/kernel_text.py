@@ -24,13 +24,15 @@ def included_headers(source: Path, folders: Sequence[Path] = ()) -> list[Path]:
     first met: each looked for beside the file that includes it, then in ``folders`` (the compiler's ``-I``).
     One found in neither is left to the compiler, which reports it."""
     found: list[Path] = []
+    seen: set[Path] = set()  # resolved: "a.cuh" and "../x/a.cuh" may be one file
     pending = [Path(source)]
     while pending:
         including = pending.pop(0)
         for name in _QUOTED_INCLUDE.findall(including.read_text()):
             candidates = (including.parent / name, *(Path(f) / name for f in folders))
             where = next((c for c in candidates if c.is_file()), None)
-            if where is not None and where.resolve() not in {h.resolve() for h in found}:
+            if where is not None and where.resolve() not in seen:
+                seen.add(where.resolve())
                 found.append(where)
                 pending.append(where)
     return found

@@ -80,7 +80,7 @@ def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch:
         import ducc0
     except ImportError:
         return None
-    from ..apps.spectral.dwarf import random_coefficients
+    from ..apps.spectral.dwarf import random_coefficients, round_trip_error
 
     # An equal share of the node's CPUs (as the launcher gives each rank's BLAS), fewer where the rank is bound.
     threads = max(1, min(len(os.sched_getaffinity(0)), (os.cpu_count() or 1) // comm.local_size))
@@ -102,13 +102,11 @@ def ducc0_peer(comm: Communicator, grid: OctahedralGrid, truncation: int, batch:
     seconds = time.perf_counter() - start
     from mpi4py import MPI
 
-    error = comm.mpi.allreduce(float(np.max(np.abs(back - a), initial=0.0)), op=MPI.MAX)
-    scale = comm.mpi.allreduce(float(np.max(np.abs(a), initial=0.0)), op=MPI.MAX)
     return {
         "step_s": comm.mpi.allreduce(seconds, op=MPI.MAX),
         "threads": threads,
         "version": ducc0.__version__,
-        "round_trip_error": error / scale if scale else 0.0,
+        "round_trip_error": round_trip_error(comm, back, a),
     }
 
 

@@ -260,6 +260,16 @@ def _synchronize(xp: Any) -> None:
         xp.cuda.get_current_stream().synchronize()
 
 
+def round_trip_error(comm: Communicator, back: np.ndarray, a: np.ndarray) -> float:
+    """How far ``back`` = direct(inverse(a)) came from ``a`` (host arrays): the largest |back - a| over the
+    largest |a|, each over every rank of ``comm`` (0 where every a is 0). Collective."""
+    from mpi4py import MPI
+
+    error = comm.mpi.allreduce(float(np.max(np.abs(back - a), initial=0.0)), op=MPI.MAX)
+    scale = comm.mpi.allreduce(float(np.max(np.abs(a), initial=0.0)), op=MPI.MAX)
+    return error / scale if scale else 0.0
+
+
 def random_coefficients(truncation: int, ms: np.ndarray, batch: int, seed: int = 0) -> np.ndarray:
     """Coefficients (batch, sum over ms of T - m + 1) of real fields, drawn per wavenumber m from a generator
     seeded by (seed, m): the same global coefficients on any number of ranks. Amplitudes fall as 1 / (l + 1)."""
@@ -325,8 +335,6 @@ def run_spectral(
             if progress is not None:
                 progress(step + 1, steps)
         elapsed = time.perf_counter() - start  # each phase ends synchronised with the device (_Timer)
-        error = float(np.max(np.abs(to_host(back) - host), initial=0.0))
-        scale = float(np.max(np.abs(host), initial=0.0))
         mpi = comm.mpi
         from mpi4py import MPI
 
@@ -343,7 +351,7 @@ def run_spectral(
             "graphs": dist.captured,
             "fft_streams": dist.transform.fft_streams,
             "transport": dist.transport,
-            "round_trip_error": mpi.allreduce(error, op=MPI.MAX) / mpi.allreduce(scale, op=MPI.MAX),
+            "round_trip_error": round_trip_error(comm, to_host(back), host),
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "split_s": {k: mpi.allreduce(v, op=MPI.MAX) / steps for k, v in dist.seconds.items()},
             "legendre_products_s": mpi.allreduce(dist.products.seconds(), op=MPI.MAX) / steps,
