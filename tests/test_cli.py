@@ -186,3 +186,12 @@ def test_help_texts_hold_no_square_brackets():
 
     eaten = [(where, text) for where, text in walk(typer.main.get_command(app), "gridcomm") if "[" in text]
     assert not eaten, eaten
+
+
+def test_run_help_shows_the_dwarfs_options_after_its_name():
+    """`gridcomm run mpdata --help` is what a user types to learn the dwarf's options: click read every --help
+    as run's own and showed run's help instead."""
+    dwarf = gridcomm("run", "stencil2d", "--help")
+    assert "Usage: gridcomm run stencil2d" in dwarf and "--steps" in dwarf and "--mode" in dwarf
+    own = gridcomm("run", "--help")
+    assert "run [OPTIONS]" in own and "--np" in own and "--steps" not in own

@@ -53,10 +53,11 @@ def real_number(value: Any, what: str, positive: bool = False) -> float:
     return x
 
 
-def flag(value: Any, what: str) -> bool:
-    """``value`` (a Python or NumPy bool) as a bool: a truthy string or number is not taken for True."""
+def flag(value: Any, what: str, *, error: type[Exception] | None = None) -> bool:
+    """``value`` (a Python or NumPy bool) as a bool: a truthy string or number is not taken for True.
+    ``error``: the caller's own error class, raised instead of ArgumentTypeError."""
     if not isinstance(value, bool | np.bool_):
-        raise ArgumentTypeError(f"{what}={value!r} ({type(value).__name__}): give True or False")
+        raise (error or ArgumentTypeError)(f"{what}={value!r} ({type(value).__name__}): give True or False")
     return bool(value)
 
 

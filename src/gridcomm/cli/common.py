@@ -77,10 +77,10 @@ def progress(show: bool) -> Any:
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Any:
-    """A rich table with right-aligned columns."""
+    """A rich table with right-aligned columns (no header row where every column name is empty)."""
     from rich.table import Table
 
-    t = Table(title=title)
+    t = Table(title=title, show_header=any(columns))
     for column in columns:
         t.add_column(column, justify="right")
     for row in rows:

@@ -26,7 +26,9 @@ app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 app.add_typer(apps_app, name="app")  # what `gridcomm run APP` runs on every rank
-app.command("report")(report)
+app.command(
+    "report", short_help="Run the benchmarks that fit this machine; write a report folder (markdown, HTML, plots)."
+)(report)
 
 
 @app.command()
@@ -97,8 +99,11 @@ def demo(
     raise typer.Exit(0 if ok else 1)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# --help is read here, not by click: after a dwarf's name it asks for the dwarf's options, which click,
+# reading every --help as run's own, would never show.
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def run(
+    ctx: typer.Context,
     command: Annotated[
         list[str], typer.Argument(help=f"A dwarf ({', '.join(APPS)}) and its options, or any command (python x.py)")
     ],
@@ -106,8 +111,11 @@ def run(
 ) -> None:
     """Run a dwarf, or any COMMAND, on --np ranks with the mpiexec that matches mpi4py.
 
-    gridcomm run mpdata --grid O48 --np 4; gridcomm run --np 4 python step.py
+    gridcomm run mpdata --grid O48 --np 4; gridcomm run --np 4 python step.py; gridcomm run mpdata --help
     """
+    if command[0] in ("--help", "-h"):
+        console.print(ctx.get_help())
+        raise typer.Exit(0)
     if command[0] in APPS:
         if under_launcher() or nprocs == 1 or "--help" in command:
             raise typer.Exit(_run_app_here(command))
@@ -121,7 +129,7 @@ def run(
 
 def _run_app_here(command: list[str]) -> int:
     try:
-        apps_app(command, prog_name=f"gridcomm run {command[0]}", standalone_mode=False)
+        apps_app(command, prog_name="gridcomm run", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
     return 0

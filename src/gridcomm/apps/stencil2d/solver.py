@@ -79,7 +79,8 @@ class Stencil2D:
         seed: seed of the initial field's perturbation.
 
     Raises:
-        StencilError: bad n, halo, dtype, mode, array module, or a transport that graph mode cannot capture.
+        StencilError: bad n, halo, dtype, mode, exchange, seed, array module, or a transport that graph mode
+            cannot capture.
         TransportError: the nvshmem or persistent mode without NVSHMEM (naming the extra to install).
     """
 
@@ -98,7 +99,8 @@ class Stencil2D:
         seed: int = DEFAULT_SEED,
     ) -> None:
         self.n = check_n(n)
-        exchange, seed = flag(exchange, "exchange"), whole_number(seed, "seed", least=0)
+        exchange = flag(exchange, "exchange", error=StencilError)
+        seed = whole_number(seed, "seed", least=0, meaning="seeds the initial field", error=StencilError)
         self.halo = check_halo(halo, self.n)
         self.dtype = check_dtype(dtype)
         self.xp: types.ModuleType = resolve_xp(xp)
