@@ -136,9 +136,10 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;
       tune-pipeline) stage tune-pipeline 300 $py benchmarks/tune_pipeline.py --out "$dir/results" ${TUNE_PIPELINE:-} ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
-      tune-pack)  # the pack and unpack launches alone, 2 ranks (sharing the GPU where there is one), each timed alone
-        stage tune-pack 300 $py benchmarks/tune_copy.py --halos-only --unroll 1 --blocks-per-sm 6,7 --piece-units 1024,4096 \
-          --out "$dir/results" ;;
+      tune-pack)  # the pack and unpack launches alone, 2 ranks (sharing the GPU where there is one), each timed alone;
+        # TUNE_COPY: tune_copy.py's options instead of these
+        stage tune-pack 300 $py benchmarks/tune_copy.py --halos-only \
+          ${TUNE_COPY:---unroll 1 --blocks-per-sm 6,7 --piece-units 1024,4096} --out "$dir/results" ;;
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
