@@ -104,6 +104,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       report-quick)  # the one-command report, quick suite, on every GPU
         stage report-quick 200 $py -m gridcomm report --quick --gpu --np "$ngpu" --out "$dir/report-quick"
         ;;
+      report-full)  # the one-command report, full suite (under 10 minutes on 2 GPUs: a call of its own)
+        stage report-full 590 $py -m gridcomm report --gpu --np "$ngpu" --out "$dir/report-full"
+        ;;
       tests-mpdata)  # MPDATA's GPU suite only
         stage tests-mpdata 400 $py -m pytest -m gpu -q -rs --timeout=380 -p no:cacheprovider tests/test_mpdata_gpu.py
         ;;

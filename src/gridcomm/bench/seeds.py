@@ -1,5 +1,6 @@
-"""Every published figure of the seed documents (../shared/seeds/) that gridcomm's benchmarks and reports use, in
-one place: each with its source (seed file, section, figure or table) and the problem it was measured on.
+"""Every published figure of the seed documents (the publications gridcomm set out to beat) that its benchmarks
+and reports use, in one place: each with its source (seed, section, figure or table) and the problem it was
+measured on.
 
 Numbers are copied exactly as the seed prints them, in the seed's own units. Where a seed shows a result only as
 a plot, nothing is read off the plot: ``PLOT_ONLY`` says which figures those are and what their text states.
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SEED_000 = (
-    "seed 000 (../shared/seeds/000_7713f7d7a82d8e12.txt), ESCAPE deliverable D3.4, 'Performance report and "
+    "seed 000, ESCAPE deliverable D3.4, 'Performance report and "
     "optimized implementations of Weather & Climate dwarfs on multi-node systems' (30/05/2018)"
 )
 
@@ -120,7 +121,7 @@ SEED_MPDATA = {
 
 #: Where SEED_004_US comes from.
 SEED_004_SOURCE = (
-    "seed 004 (../shared/seeds/004_3e68e1a67c503253.txt), NVIDIA's NVSHMEM case study, 'simplified 2dstencil "
+    "seed 004, NVIDIA's NVSHMEM case study, 'simplified 2dstencil "
     "example': time per step [µs] against domain size per GPU; 4 processes, 1 process per GPU (4 K40m GPUs on "
     "one Xeon E5-2690 socket, PLX switches), ghost width 1, boundary 16, 512 threads per block, 15 blocks"
 )
