@@ -76,12 +76,18 @@ def index_set(values: Sequence[int] | np.ndarray | None, what: str, n: int, allo
     index), as an int64 array; None gives all of them, 0 .. n - 1. Empty is allowed."""
     if values is None:
         return np.arange(n, dtype=np.int64)
-    given = entries(values, what, f"give a sequence of {allowed}")
-    for v in given:  # a 2-D array's entries are rows: no whole numbers either
-        if not is_whole_number(v):
-            raise ArgumentTypeError(f"{what} holds {v!r} ({type(v).__name__}): give whole numbers, {allowed}")
-    if given and (min(given) < 0 or max(given) >= n):  # Python ints: no overflow on the way
-        raise ArgumentError(f"{what} {min(given)}..{max(given)} lie outside {allowed}")
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+        # Whole numbers by their dtype, checked as one array (the transforms pass one every step).
+        given = values
+        low, high = (int(values.min()), int(values.max())) if values.size else (0, -1)
+    else:
+        given = entries(values, what, f"give a sequence of {allowed}")
+        for v in given:  # a 2-D array's entries are rows: no whole numbers either
+            if not is_whole_number(v):
+                raise ArgumentTypeError(f"{what} holds {v!r} ({type(v).__name__}): give whole numbers, {allowed}")
+        low, high = (int(min(given)), int(max(given))) if given else (0, -1)
+    if low < 0 or high >= n:  # Python ints, before any cast: no overflow on the way
+        raise ArgumentError(f"{what} {low}..{high} lie outside {allowed}")
     out = np.array(given, dtype=np.int64).reshape(-1)
     if len(np.unique(out)) != out.size:
         raise ArgumentError(f"{what} repeat a value: each may appear once")
