@@ -2,11 +2,16 @@
 # One call on a GPU machine: what is there, the GPU tests, the GPU benchmarks. Everything lands in $OUT.
 #
 #   bash benchmarks/gpu_session.sh [env] [tests] [tune] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d]
-#                                  [faults] [hygiene] [soak] ...
+#                                  [faults] [hygiene] [soak] ... [gpus=2,3:hygiene+soak] ... [wait]
 #
 # Runs from the repository root with the machine's python3 and packages (PYTHONPATH=src, nothing installed);
 # one rank per GPU. Logs and result files are written under $OUT/session and packed into $OUT/session.tgz
 # (the tool brings back few files); the last lines printed are a summary.
+#
+# A word gpus=LIST:STAGE+STAGE... runs those stages in the background on the GPUs of LIST alone
+# (CUDA_VISIBLE_DEVICES), logged under $OUT/session/gpus-LIST, while the next words go on; `wait` waits for
+# every such group. Only stages that time nothing and look at no other GPU may share the machine so: the
+# correctness suites, hygiene (it reads the device memory of its own GPUs), soak, faults.
 set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off
@@ -14,9 +19,14 @@ export PYTHONPATH="$PWD/src:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFE
 OUT=${OUT:-/tmp/gridcomm-session}
 dir="$OUT/session"
 mkdir -p "$dir/results"
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # a group of its own: the GPUs it was given
+  ngpu=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+else
+  ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+fi
 py=python3
 summary=()
+groups=()
 
 stage() {  # stage NAME TIMEOUT_S COMMAND...: run, log, note the status
   local name=$1 limit=$2
@@ -32,6 +42,20 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: run, log, note the status
 for what in "${@:-env tests}"; do
   for step in $what; do
     case $step in
+      gpus=*:*)  # a background group: these stages on these GPUs alone
+        list=${step#gpus=}; list=${list%%:*}; stages=${step#*:}
+        echo "=== group on GPUs $list: ${stages//+/ }"
+        CUDA_VISIBLE_DEVICES=$list OUT="$dir/gpus-$list" GRIDCOMM_SESSION_GROUP=1 \
+          bash "$0" "${stages//+/ }" >"$dir/gpus-$list.log" 2>&1 &
+        groups+=("$!:$list")
+        ;;
+      wait)
+        for entry in "${groups[@]}"; do
+          wait "${entry%%:*}"
+          summary+=("group on GPUs ${entry#*:}:" "$(sed -n '/^--- summary/,$p' "$dir/gpus-${entry#*:}.log" | tail -n +2)")
+        done
+        groups=()
+        ;;
       nvshmem-setup)  # nvshmem4py from the carried wheels (.whl), into /tmp/site; cuda.core too where too old
         stage nvshmem-setup 120 bash -c "$py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 --upgrade --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:\$PYTHONPATH $py -c 'import nvshmem.core' \
@@ -170,9 +194,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage hygiene-holders 200 env GRIDCOMM_HYGIENE_SMALL_CYCLES=60 $py -m pytest -m gpu -q -rs --timeout=180 \
           -p no:cacheprovider tests/test_hygiene.py -k leak_no_device
         ;;
-      soak)  # 100,000 exchanges per transport, checked bitwise every 1,000: on 2 GPUs, or on the one GPU lent
+      soak)  # 100,000 exchanges per transport, checked bitwise every 1,000: one rank per GPU, or on the one GPU lent
         # (1 rank, periodic: every halo is the rank's own wrap; 2 processes time-sharing one GPU take ms per step)
-        transports="ipc nccl" np=2
+        transports="ipc nccl" np=$ngpu
         [ "$ngpu" -lt 2 ] && transports="ipc nccl staged" np=1
         for transport in $transports; do
           stage "soak-$transport" 280 $py -m gridcomm bench soak --gpu --np $np --transport "$transport" --out "$dir/results"
@@ -182,5 +206,6 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
     esac
   done
 done
-tar -czf "$OUT/session.tgz" -C "$OUT" session
+[ ${#groups[@]} -gt 0 ] && summary+=("groups still running at the end: ${groups[*]} (add a 'wait' word)")
+[ -z "${GRIDCOMM_SESSION_GROUP:-}" ] && tar -czf "$OUT/session.tgz" -C "$OUT" session
 printf '%s\n' "--- summary (${ngpu} GPU(s))" "${summary[@]}"

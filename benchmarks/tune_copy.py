@@ -89,7 +89,7 @@ def main() -> int:
     )
     for unroll, blocks_per_sm, piece_units in variants:
         cuda.UNROLL, cuda.BLOCKS_PER_SM, cuda.PIECE_UNITS = unroll, blocks_per_sm, piece_units
-        transfer = [] if args.halos_only else run_transfer(comm, SIZES, {"ipc": "ipc"}, args.samples)
+        transfer = [] if args.halos_only else run_transfer(comm, SIZES, {"ipc": "ipc"}, args.samples)[0]
         rates = []
         for case in halos:
             rates.append(pack_unpack_gbps(comm, case, args.samples))

@@ -9,14 +9,16 @@ ranks, dtypes, memory orders, block counts and piece sizes. The result must equa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from unittest import mock
 
 import numpy as np
 from harness import DTYPES, describe_mismatch, expected_cells, local_with_sentinel, random_global, stand_in_comm
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from gridcomm import CartesianDecomposition, DecompositionError, Pattern
+from gridcomm import Box, CartesianDecomposition, DecompositionError, Pattern
 from gridcomm.packing import FieldSpec, Layout
 from gridcomm.packing.cuda import (
     DST,
@@ -35,7 +37,8 @@ from gridcomm.packing.cuda import (
     address,
     balanced_pieces,
 )
-from gridcomm.packing.geometry import paired_grids
+from gridcomm.packing.geometry import run_grid
+from gridcomm.transports import ipc
 
 
 def replay(rows: Descriptors, blocks: int = 3, piece_units: int = 0) -> None:
@@ -81,6 +84,43 @@ def test_balanced_pieces_give_every_block_an_equal_share(units, blocks, piece_un
         assert int(sizes.max(initial=0)) <= piece_units
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), max_size=12),
+    st.integers(1, 40),
+    st.sampled_from([1, 4, 16]),
+)
+def test_pieces_of_lanes_are_interleaved(segments, blocks, piece_units):
+    """With lanes (the ipc all-to-all's peers), every unit still lies in exactly one piece and every block gets an
+    equal share; the pieces are dealt out lane by lane: share j of lane L is the (j * lanes + L)-th piece dealt
+    (lanes in increasing order, leaving out those run out), so the blocks running together write to every peer."""
+    units, lanes = [u for u, _ in segments], [lane for _, lane in segments]
+    piece_segment, piece_first, piece_last = balanced_pieces(units, blocks, piece_units, lanes)
+    covered = [np.zeros(n, int) for n in units]
+    for s, first, last in zip(piece_segment, piece_first, piece_last, strict=True):
+        covered[s][first:last] += 1
+    assert all(np.all(c == 1) for c in covered)
+    sizes = piece_last - piece_first
+    shares = [int(np.sum(sizes[b::blocks])) for b in range(blocks)]
+    assert max(shares, default=0) - min(shares, default=0) <= piece_units * (1 + len(set(lanes)))
+    # Each piece's (share within its lane, lane): offsets of a lane's segments taken one after another.
+    offset, before = {}, {}
+    for s, (u, lane) in enumerate(segments):
+        offset[s] = before.get(lane, 0)
+        before[lane] = offset[s] + u
+    order = sorted(set(lanes))
+    keys = {}  # list position -> (share, lane)
+    for p, (s, first, last) in enumerate(zip(piece_segment, piece_first, piece_last, strict=True)):
+        if last > first:
+            keys[p] = ((offset[s] + int(first)) // piece_units, order.index(lanes[s]))
+    dealt = {key: g for g, key in enumerate(sorted(set(keys.values())))}
+    for p, key in keys.items():
+        assert p % blocks == dealt[key] % blocks, (p, key)  # the block that copies it
+    for b in range(blocks):
+        mine = [keys[p] for p in range(b, len(piece_segment), blocks) if p in keys]
+        assert mine == sorted(mine)  # each block walks its pieces in the order they were dealt
+
+
 def every_rank(n, shape, **kwargs) -> list[CartesianDecomposition]:
     return [CartesianDecomposition(stand_in_comm(r, n), shape, **kwargs) for r in range(n)]
 
@@ -99,7 +139,8 @@ def cases(draw):
         reject()
     fields = draw(st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=3))
     blocks, piece_units = draw(st.integers(1, 64)), draw(st.sampled_from([0, 1, 8, 256]))
-    return ranks, fields, draw(st.booleans()), draw(st.integers(0, 2**32 - 1)), blocks, piece_units
+    path = draw(st.sampled_from(["buffered", "direct", "staged"]))
+    return ranks, fields, path, draw(st.integers(0, 2**32 - 1)), blocks, piece_units
 
 
 def _layouts(d, specs):
@@ -113,25 +154,54 @@ def _layouts(d, specs):
 @settings(max_examples=300, deadline=None)
 @given(cases())
 def test_descriptor_tables_move_every_halo(case):
-    ranks, fields, direct, seed, blocks, piece_units = case
+    """Every halo arrives bit for bit by each path: packed into a buffer and unpacked by the receiver (staged, mpi,
+    nccl), written straight into the receiver's fields (ipc), and ipc with every short-run selection going
+    through the receiver's staging buffer (``ipc.staged``, its thresholds lowered so that all such are)."""
+    ranks, fields, path, seed, blocks, piece_units = case
     specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
     globals_ = [random_global(ranks[0].global_shape, dt, seed + i) for i, (dt, _) in enumerate(fields)]
     arrays = [[local_with_sentinel(d, g, o) for g, (_, o) in zip(globals_, fields, strict=True)] for d in ranks]
     layouts = [_layouts(d, specs) for d in ranks]
-    # Senders read their interiors only and receivers write their halos only: any order of replay works.
+    lowered = mock.patch.multiple(ipc, STAGE_SPAN_BYTES=0, STAGE_RUN_BYTES=1 << 30)
+    with lowered if path == "staged" else contextlib.nullcontext():
+        if path == "buffered":
+            _replay_buffered(layouts, arrays, specs, blocks, piece_units)
+        else:
+            _replay_direct(layouts, arrays, blocks, piece_units)
+    for d, mine in zip(ranks, arrays, strict=True):
+        for i, (a, g) in enumerate(zip(mine, globals_, strict=True)):
+            problem = describe_mismatch(a, expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil))
+            assert problem is None, f"rank {d.comm.rank} field {i} {fields[i]} {path}: {problem}"
+
+
+def _replay_direct(layouts, arrays, blocks, piece_units):
+    """The ipc path (transports/ipc.py's own rows): each rank's fields into its receivers' fields, or into their
+    staging buffers which each receiver then unpacks. Senders read their interiors only and receivers write their
+    halos only: any order of replay works, once every sender is done before any receiver unpacks."""
+    staging = [np.zeros(max(layout.recv_nbytes, 1), np.uint8) for layout, _ in layouts]
     for rank, (layout, own) in enumerate(layouts):
         rows = Descriptors(np)
         rows.local(own, arrays[rank], arrays[rank])
-        if direct:  # ipc: from this rank's fields into the receiver's, paired segment by segment
-            for message in layout.sends:
-                there = next(m for m in layouts[message.peer][0].recvs if m.peer == rank)
-                for s, r in zip(message.segments, there.segments, strict=True):
-                    src_field, dst_field = arrays[rank][s.field], arrays[message.peer][r.field]
-                    src, dst = paired_grids(src_field.shape, s.selection, dst_field.shape, r.selection, specs[s.field])
-                    rows.add(address(src_field), src, address(dst_field), dst)
-            replay(rows, blocks, piece_units)
-            continue
-        buffer = np.zeros(max(layout.send_nbytes, 1), np.uint8)  # pack, then each receiver unpacks its part
+        for message in layout.sends:
+            there = next(m for m in layouts[message.peer][0].recvs if m.peer == rank)
+            mine = arrays[message.peer]
+            selections = [(r.field, r.selection) for r in there.segments]
+            where = ([a.shape for a in mine], selections, [address(a) for a in mine])
+            staged_at = address(staging[message.peer]) + there.offset - message.offset
+            ipc.peer_rows(rows, message, arrays[rank], layout, where, staged_at)
+        replay(rows, blocks, piece_units)
+    for (layout, _), mine, inbox in zip(layouts, arrays, staging, strict=True):
+        unpack = Descriptors(np)
+        ipc.unpack_rows(unpack, layout, mine, address(inbox))
+        replay(unpack, blocks, piece_units)
+
+
+def _replay_buffered(layouts, arrays, specs, blocks, piece_units):
+    """The packed path: each rank packs into its send buffer, each receiver unpacks its part."""
+    for rank, (layout, own) in enumerate(layouts):
+        rows = Descriptors(np)
+        rows.local(own, arrays[rank], arrays[rank])
+        buffer = np.zeros(max(layout.send_nbytes, 1), np.uint8)
         rows.messages(layout.sends, specs, arrays[rank], address(buffer), into=True)
         replay(rows, blocks, piece_units)
         for message in layout.sends:
@@ -142,10 +212,17 @@ def test_descriptor_tables_move_every_halo(case):
             unpack = Descriptors(np)
             unpack.messages((there,), specs, arrays[message.peer], address(inbox), into=False)
             replay(unpack, blocks, piece_units)
-    for d, mine in zip(ranks, arrays, strict=True):
-        for i, (a, g) in enumerate(zip(mine, globals_, strict=True)):
-            problem = describe_mismatch(a, expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil))
-            assert problem is None, f"rank {d.comm.rank} field {i} {fields[i]} direct={direct}: {problem}"
+
+
+def test_staging_takes_short_runs_spread_wide_only():
+    """A column of a large 2-D float64 field (8-byte runs a row apart over more than STAGE_SPAN_BYTES) is staged;
+    rows, long runs, and short runs close together are written straight into the peer."""
+    spec = FieldSpec(np.dtype("float64"), "C")
+    n = 2048  # rows of 16 KiB: a column spans 32 MiB
+    assert ipc.staged(run_grid((n, n), spec, Box((0, 1), (n, 2))))
+    assert not ipc.staged(run_grid((n, n), spec, Box((1, 0), (2, n))))  # a row: one run
+    assert not ipc.staged(run_grid((64, 64), spec, Box((0, 1), (64, 2))))  # a column of a small field
+    assert not ipc.staged(run_grid((n, n, 60), spec, Box((0, 1, 0), (n, 2, 60))))  # 480-byte runs of levels
 
 
 def test_rows_keep_the_widest_aligned_unit():

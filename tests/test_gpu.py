@@ -1,7 +1,7 @@
 """GPU tests: the correctness suites on GPU fields over every GPU transport, GPU-only API and bad input.
 
 Marked ``gpu`` and skipped without CuPy and a GPU (CI has none): run them on a GPU machine with
-``pytest -m gpu``. The MPI suites run one rank per GPU, on 1 GPU and on 2 (when there are 2).
+``pytest -m gpu``. The MPI suites run one rank per GPU, on 1 GPU, on 2 and on every GPU there is.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.gpu, needs_gpus(1)]
 
 NVSHMEM_USABLE = gridcomm.shmem.unavailable_reason() is None  # gridcomm[nvshmem] installed
 GPU_TRANSPORTS = ["staged", "nccl", "ipc", "auto"] + (["nvshmem"] if NVSHMEM_USABLE else [])
-RANK_COUNTS = [n for n in (1, 2) if n <= gpu_count()] or [1]
+# 1 and 2 ranks, and one per GPU where there are more (one rank per GPU: the all-to-all of every pair at once).
+RANK_COUNTS = sorted({n for n in (1, 2, gpu_count()) if 1 <= n <= gpu_count()}) or [1]
 ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}
 # The structured and unstructured suites also run in validation mode: every exchange is checked against the
 # checksums of what its peers sent, on top of the suites' own comparison with the serial reference.

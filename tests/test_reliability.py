@@ -166,14 +166,16 @@ def test_timeout_and_validate_settings(monkeypatch):
 @pytest.mark.parametrize("fault", ["kill", "silent"])
 @pytest.mark.parametrize("transport", ["nccl", "ipc", "staged"])
 def test_gpu_faults_end_the_job(transport, fault, tmp_path):
-    """On 2 ranks, one per GPU (or sharing the one GPU lent: ipc and staged): rank 1 killed, or silent,
-    mid-run: the job ends in bounded time, no rank left behind; a silent peer is named in rank 0's timeout."""
+    """On one rank per GPU, 2 to 4 of them (or 2 sharing the one GPU lent: ipc and staged): the last rank killed,
+    or silent, mid-run: the job ends in bounded time, no rank left behind; a silent peer is named in a timeout."""
     if transport == "nccl" and gpu_count() < 2:
         pytest.skip("NCCL refuses two ranks on one GPU, and only one GPU is here")
-    rc, text, _ = run_fault(fault, transport, tmp_path, ranks=2, env={"GRIDCOMM_CHECK_DEVICE": "gpu"})
+    ranks = min(max(gpu_count(), 2), RANKS)
+    rc, text, _ = run_fault(fault, transport, tmp_path, ranks=ranks, env={"GRIDCOMM_CHECK_DEVICE": "gpu"})
     assert rc != 0, text[-4000:]
     if fault == "silent":
-        assert _gridcomm_abort(text, 1), f"no timeout naming rank 1, then an abort:\n{text[-4000:]}"
+        last = ranks - 1
+        assert _gridcomm_abort(text, last), f"no timeout naming rank {last}, then an abort:\n{text[-4000:]}"
 
 
 @needs_mpiexec

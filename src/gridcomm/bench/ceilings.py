@@ -92,27 +92,65 @@ class PeerBuffers:
 
 
 def peer_copy(comm: Communicator, buffers: PeerBuffers, nbytes: int, engine: bool) -> Callable[[], None]:
-    """Every rank writes ``nbytes`` into each other rank's buffer at once: a copy kernel (``engine``
-    False) or the copy engines (cudaMemcpyAsync, one per peer on the current stream)."""
+    """Every rank writes ``nbytes`` into each other rank's buffer, to every peer at once: one copy kernel whose
+    blocks are dealt out over the peers piece by piece (``engine`` False: the ipc transport's copy, with no
+    flags), or the copy engines, one cudaMemcpyAsync per peer on a stream of its own (``engine`` True). Peers
+    are taken from the next rank on, (rank + i) mod size, so that no GPU is written by every other first."""
     import cupy
 
-    src = buffers.local[:nbytes]
-    targets = [buffers.peer(r)[:nbytes] for r in range(comm.size) if r != comm.rank]
+    from ..packing.cuda import Descriptors, SegmentTable
+    from ..packing.geometry import RunGrid
+
+    peers = sorted((r for r in range(comm.size) if r != comm.rank), key=lambda r: (r - comm.rank) % comm.size)
+    src = buffers.local.data.ptr
     if not engine:
-
-        def run() -> None:
-            for t in targets:
-                t[...] = src
-
-        return run
+        rows, whole = Descriptors(cupy), RunGrid(0, 1, 1, 0, 0, nbytes)
+        for r in peers:
+            rows.add(src, whole, buffers.peer(r).data.ptr, whole)
+        table = SegmentTable(rows, [(r - comm.rank) % comm.size for r in peers])
+        return lambda: table.copy(cupy.cuda.get_current_stream())
     runtime = cupy.cuda.runtime
+    lanes = [cupy.cuda.Stream(non_blocking=True) for _ in peers]
+    fork, joins = cupy.cuda.Event(disable_timing=True), [cupy.cuda.Event(disable_timing=True) for _ in peers]
 
     def run_engine() -> None:
-        stream = cupy.cuda.get_current_stream().ptr
-        for t in targets:
-            runtime.memcpyAsync(t.data.ptr, src.data.ptr, nbytes, runtime.memcpyDeviceToDevice, stream)
+        stream = cupy.cuda.get_current_stream()
+        fork.record(stream)
+        for r, lane, join in zip(peers, lanes, joins, strict=True):
+            lane.wait_event(fork)
+            runtime.memcpyAsync(buffers.peer(r).data.ptr, src, nbytes, runtime.memcpyDeviceToDevice, lane.ptr)
+            join.record(lane)
+        for join in joins:
+            stream.wait_event(join)
 
     return run_engine
+
+
+def nvlink_nominal_gbps() -> float | None:
+    """NVLink's nominal rate out of this rank's GPU, per direction [GB/s]: its active links times the rate of
+    one link of their generation (NVML), or None where NVML or NVLink is missing."""
+    per_link = {1: 20.0, 2: 25.0, 3: 25.0, 4: 26.5625, 5: 50.0}  # GB/s per direction per link, by NVLink version
+    try:
+        import cupy
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            bus = cupy.cuda.Device().pci_bus_id
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+            total = 0.0
+            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+                try:
+                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
+                        continue
+                    total += per_link.get(int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link)), 0.0)
+                except pynvml.NVMLError:
+                    continue
+            return total or None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML, no GPU, no NVLink: no figure, not an error
+        return None
 
 
 def nccl_sendrecv(comm: Communicator, nbytes: int, peers: list[int]) -> Callable[[], None]:
@@ -135,6 +173,55 @@ def nccl_sendrecv(comm: Communicator, nbytes: int, peers: list[int]) -> Callable
         nccl.groupEnd()
 
     return run
+
+
+def torch_process_group(comm: Communicator) -> str | None:
+    """Collective: start torch.distributed's NCCL process group over ``comm``'s ranks (once per process: torch
+    keeps one default group), bootstrapped from rank 0's host and a free port sent over MPI; None when it runs,
+    else why torch's NCCL cannot be a peer here (the same answer on every rank)."""
+    reason = None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if not (torch.cuda.is_available() and dist.is_nccl_available()):
+            reason = "torch has no CUDA or no NCCL here"
+    except Exception as error:  # torch missing or broken: no peer, not an error
+        reason, dist = f"torch is not importable ({type(error).__name__}: {error})", None
+    reasons = [r for r in comm.mpi.allgather(reason) if r]
+    if reasons:
+        return reasons[0]
+    assert dist is not None
+    if dist.is_initialized():
+        return None if dist.get_world_size() == comm.size else "torch.distributed already runs over other ranks"
+    import socket
+
+    import cupy
+
+    address = None
+    if comm.rank == 0:
+        with socket.socket() as probe:  # a port free now; torch binds it straight after
+            probe.bind(("", 0))
+            address = (socket.gethostname(), probe.getsockname()[1])
+    host, port = comm.mpi.bcast(address, root=0)
+    device = torch.device("cuda", cupy.cuda.Device().id)
+    torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://{host}:{port}", rank=comm.rank, world_size=comm.size, device_id=device
+    )
+    return None
+
+
+def torch_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
+    """torch.distributed's ``all_to_all_single`` (NCCL; ``torch_process_group`` first) of ``nbytes`` to and from
+    every other rank: the all-to-all a PyTorch user would call, on the same bytes (nothing to itself)."""
+    import torch
+    import torch.distributed as dist
+
+    splits = [0 if r == comm.rank else nbytes for r in range(comm.size)]
+    send = torch.full((sum(splits),), comm.rank, dtype=torch.uint8, device="cuda")
+    recv = torch.empty_like(send)
+    return lambda: dist.all_to_all_single(recv, send, splits, splits)
 
 
 def time_exchanger(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:

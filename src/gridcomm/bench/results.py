@@ -114,9 +114,13 @@ def plot_transfer(payload: dict[str, Any], png: Path) -> Path:
     fig, (latency, bandwidth) = panels_figure(2)
     x = [r["bytes_per_peer"] for r in rows]
     for name in rows[0]["times"]:
-        style = "k--" if name.startswith("nccl") else "k:" if name.startswith("peer copy") else "o-"
+        nccl = name.startswith(("nccl", "torch"))
+        style = "--" if nccl else "k:" if name.startswith("peer copy") else "o-"
         latency.loglog(x, [r["times"][name]["median_s"] * 1e6 for r in rows], style, label=name)
         bandwidth.semilogx(x, [r["GBps"][name] for r in rows], style, label=name)
+    nominal = payload.get("config", {}).get("nvlink_nominal_GBps")
+    if nominal:
+        bandwidth.axhline(nominal, color="grey", lw=0.8, label="NVLink nominal")
     latency.set(xlabel="bytes per peer", ylabel="time per exchange [µs]", title="latency")
     bandwidth.set(xlabel="bytes per peer", ylabel="GB/s sent per rank", title="bandwidth")
     for ax in (latency, bandwidth):

@@ -19,7 +19,17 @@ import numpy as np
 from ..comm import Communicator
 from ..transports import IpcTransport, Transport
 from ..transpose import Transposer
-from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, sync, time_exchanger, time_gpu
+from .ceilings import (
+    PeerBuffers,
+    nccl_sendrecv,
+    nvlink_nominal_gbps,
+    peer_copy,
+    sync,
+    time_exchanger,
+    time_gpu,
+    torch_alltoall,
+    torch_process_group,
+)
 
 GPU_TRANSPORTS = ("staged", "nccl", "ipc")
 
@@ -48,19 +58,29 @@ def sizes_between(smallest: int, largest: int, factor: int = 4) -> list[int]:
     return out
 
 
+NCCL_PEERS = ("nccl send/recv", "torch all_to_all")  # NCCL called directly, not through gridcomm
+
+
 def run_transfer(
     comm: Communicator,
     sizes: Sequence[int],
     transports: Mapping[str, str | Transport] | None = None,
     samples: int = 7,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Collective: one row per message size, with every transport (``{label: name or Transport}``, default
-    ``variants(GPU_TRANSPORTS)``), NCCL and the ceilings [s per exchange]."""
+    ``variants(GPU_TRANSPORTS)``), NCCL's own calls and the ceilings [s per exchange]; and what the rows share
+    (the NVLink nominal rate, why a peer is missing)."""
     import cupy
 
     transports = variants(GPU_TRANSPORTS) if transports is None else transports
     peers = [r for r in range(comm.size) if r != comm.rank]
     buffers = PeerBuffers(comm, max(sizes))
+    no_torch = torch_process_group(comm)
+    nominal = comm.mpi.allgather(nvlink_nominal_gbps())
+    shared = {
+        "nvlink_nominal_GBps": min(nominal) if all(nominal) else None,
+        "torch_missing": no_torch,
+    }
     rows = []
     for nbytes in sizes:
         source = cupy.full(comm.size * nbytes, comm.rank + 1, dtype=np.uint8)
@@ -72,10 +92,16 @@ def run_transfer(
                 timings.update(time_exchanger(comm, transposer, name, samples))
             _check_received(comm, destination, nbytes, peers)
         timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, nbytes, peers), samples)
+        if no_torch is None:
+            timings["torch all_to_all"] = time_gpu(comm, torch_alltoall(comm, nbytes), samples)
         timings["peer copy kernel"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=False), samples)
         timings["peer copy engine"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=True), samples)
         sent = nbytes * len(peers)
         ceiling = min(timings["peer copy kernel"].median, timings["peer copy engine"].median)
+        # gridcomm's fastest way that is not NCCL, against NCCL's fastest (its own calls, or gridcomm's nccl).
+        nccl_best = min(t.median for k, t in timings.items() if k.startswith("nccl") or k in NCCL_PEERS)
+        ours = {k: t.median for k, t in timings.items() if _transport_of(k) in set(transports) - {"nccl"}}
+        best = min(ours, key=ours.__getitem__) if ours else None
         rows.append(
             {
                 "bytes_per_peer": nbytes,
@@ -84,11 +110,18 @@ def run_transfer(
                 "GBps": {k: sent / t.median / 1e9 for k, t in timings.items()},
                 "busbw_GBps": {k: sent * (comm.size - 1) / comm.size / t.median / 1e9 for k, t in timings.items()},
                 "ceiling_GBps": sent / ceiling / 1e9,
+                "best": best,
+                "best_vs_nccl_best": nccl_best / ours[best] if best else None,
             }
         )
         del source, destination
     buffers.close()
-    return rows
+    return rows, shared
+
+
+def _transport_of(label: str) -> str:
+    """The transport a timing's label names: "ipc/copy-engine graph" -> "ipc"."""
+    return label.split()[0].split("/")[0]
 
 
 def _check_received(comm: Communicator, destination: Any, nbytes: int, peers: Sequence[int]) -> None:

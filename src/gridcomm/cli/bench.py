@@ -179,25 +179,35 @@ def _bench_transfer(
     sizes = sizes_between(smallest, largest)
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"{kind}: {len(sizes)} sizes", total=None)
-        rows = run_transfer(comm, sizes, variants(_gpu_transports(comm)), samples)
+        rows, shared = run_transfer(comm, sizes, variants(_gpu_transports(comm)), samples)
         bar.update(task, completed=1, total=1)
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size)
-        config = {"sizes": sizes, "samples": samples, "ranks": comm.size}
+        config = {"sizes": sizes, "samples": samples, "ranks": comm.size, **shared}
         path = write_results(out, kind, machine, config, rows)
-        png = plot_transfer({"machine": machine, "results": rows, "benchmark": kind}, path.with_suffix(".png"))
+        payload = {"machine": machine, "config": config, "results": rows, "benchmark": kind}
+        png = plot_transfer(payload, path.with_suffix(".png"))
         names = list(rows[0]["times"])
         body = [
             [bytes_text(r["bytes_per_peer"])]
             + [
-                f"{r['times'][n]['median_s'] * 1e6:.1f} µs" if r["bytes_per_peer"] < 1 << 20 else f"{r['GBps'][n]:.0f}"
+                f"{r['times'][n]['median_s'] * 1e6:.1f} µs"
+                if r["bytes_per_peer"] < 1 << 20
+                else f"{r['busbw_GBps'][n]:.0f}"
                 for n in names
             ]
-            + [f"{r['ceiling_GBps']:.0f}"]
+            + [f"{r['ceiling_GBps'] * (comm.size - 1) / comm.size:.0f}"]
+            + [f"{r['best_vs_nccl_best']:.2f} ({r['best']})" if r["best"] else "-"]
             for r in rows
         ]
-        title = f"{kind} on {comm.size} GPUs: time per exchange below 1 MiB, GB/s sent per rank from 1 MiB"
-        console.print(table(title, ["per peer", *names, "ceiling GB/s"], body))
+        nominal = shared["nvlink_nominal_GBps"]
+        title = (
+            f"{kind} on {comm.size} GPUs: time per exchange below 1 MiB, busbw GB/s from 1 MiB (bytes sent per "
+            f"rank x (n-1)/n per s); NVLink nominal {f'{nominal:.0f} GB/s out of each GPU' if nominal else 'unknown'}"
+        )
+        console.print(table(title, ["per peer", *names, "ceiling busbw", "best ÷ NCCL's best"], body))
+        if shared["torch_missing"]:
+            console.print(f"no torch.distributed peer: {shared['torch_missing']}")
         console.print(f"results: {path}\nplot:    {png}")
     comm.close()
 

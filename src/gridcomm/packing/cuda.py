@@ -147,31 +147,37 @@ class Descriptors:
 
 
 def balanced_pieces(
-    units: Sequence[int], blocks: int, piece_units: int = 0
+    units: Sequence[int], blocks: int, piece_units: int = 0, lanes: Sequence[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Deal the units of segments ``units[0], units[1], ...`` (taken one after another) out to ``blocks``
-    blocks in equal shares. ``piece_units`` 0: block b gets one contiguous share, units b U / blocks to
-    (b + 1) U / blocks (rounded down) of the U in all; else the units are cut every ``piece_units`` and the
-    pieces dealt out in turn (block b: pieces b, b + blocks, ...), so that the blocks sweep memory side by
-    side. Shares are cut again where a segment ends.
+    """Deal the units of segments ``units[0], units[1], ...`` out to ``blocks`` blocks in equal shares.
+
+    ``piece_units`` 0: the segments are taken one after another and block b gets one contiguous share, units
+    b U / blocks to (b + 1) U / blocks (rounded down) of the U in all. Else the units are cut every
+    ``piece_units`` and the pieces dealt out in turn (block b: pieces b, b + blocks, ...), so that the blocks
+    sweep memory side by side. ``lanes`` (with ``piece_units``): segment s belongs to lane ``lanes[s]`` (for
+    the ipc all-to-all: the peer it is written to), each lane is cut on its own, and the pieces are
+    interleaved lane by lane in the order of the lane numbers (first piece of every lane, then the second of
+    every lane, ...): the blocks running at any moment then write to every lane at once, instead of all of
+    them into one peer's link while the others idle. Shares are cut again where a segment ends.
 
     Returns (segment, first, last): piece p is units [first[p], last[p]) of segment segment[p], and block b
     copies pieces b, b + blocks, b + 2 blocks, ... (empty ones, first == last, pad the list where blocks
     have fewer pieces than others)."""
-    starts = np.concatenate(([0], np.cumsum(np.asarray(units, dtype=np.int64))))
-    total = int(starts[-1])
-    if piece_units:
-        bounds = np.append(np.arange(0, total, piece_units, dtype=np.int64), total)
-        owner_of_share = np.arange(len(bounds) - 1) % blocks
+    units = np.asarray(units, dtype=np.int64).reshape(-1)
+    if not piece_units:
+        segment, first, last, key = _cut_lane(np.arange(len(units)), units, 0, blocks, contiguous=True)
+        owner = key
     else:
-        bounds = np.arange(blocks + 1, dtype=np.int64) * total // blocks  # exact in int64 below 2^63 / blocks
-        owner_of_share = np.arange(blocks)
-    cuts = np.union1d(bounds, starts)  # every share and every segment starts at a cut
-    first, last = cuts[:-1], cuts[1:]
-    segment = np.searchsorted(starts, first, side="right") - 1
-    owner = owner_of_share[np.searchsorted(bounds, first, side="right") - 1]
-    # Slot k of block b is entry k * blocks + b: sort by (k, b), k being the piece's rank within its block.
-    order = np.argsort(owner, kind="stable")
+        lane_of = np.zeros(len(units), np.int64) if lanes is None else np.asarray(lanes, dtype=np.int64)
+        cut = [_cut_lane(np.flatnonzero(lane_of == lane), units, piece_units, blocks) for lane in np.unique(lane_of)]
+        cut = cut or [_cut_lane(np.zeros(0, np.int64), units, piece_units, blocks)]
+        segment, first, last = (np.concatenate([c[k] for c in cut]) for k in range(3))
+        # Interleave: the share j of lane L comes at position j * lanes + L (lanes run out at different j).
+        key = np.concatenate([c[3] * len(cut) + position for position, c in enumerate(cut)])
+        owner = np.unique(key, return_inverse=True)[1] % blocks
+    # Slot k of block b is entry k * blocks + b: sort by (k, b), k being the piece's rank within its block, in
+    # the order of the keys (lexsort is stable: pieces of one share keep their order).
+    order = np.lexsort((key, owner))
     rank = np.empty(len(first), np.int64)
     counts = np.bincount(owner, minlength=blocks)
     rank[order] = np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
@@ -180,24 +186,43 @@ def balanced_pieces(
     out_segment = np.zeros(slots * blocks, np.int32)
     out_first = np.zeros(slots * blocks, np.int64)
     out_last = np.zeros(slots * blocks, np.int64)
-    out_segment[place], out_first[place], out_last[place] = segment, first - starts[segment], last - starts[segment]
+    out_segment[place], out_first[place], out_last[place] = segment, first, last
     return out_segment, out_first, out_last
+
+
+def _cut_lane(
+    segments: np.ndarray, units: np.ndarray, piece_units: Any, blocks: int, contiguous: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The segments ``segments`` (indices into ``units``) taken one after another and cut into shares: every
+    ``piece_units`` units, or (``contiguous``) into ``blocks`` equal contiguous shares; shares cut again where
+    a segment ends. Returns (segment, first, last, share) per piece, first and last within the segment."""
+    starts = np.concatenate(([0], np.cumsum(units[segments])))
+    total = int(starts[-1])
+    if contiguous:
+        bounds = np.arange(blocks + 1, dtype=np.int64) * total // blocks  # exact in int64 below 2^63 / blocks
+    else:
+        bounds = np.append(np.arange(0, total, int(piece_units), dtype=np.int64), total)
+    cuts = np.union1d(bounds, starts)  # every share and every segment starts at a cut
+    first, last = cuts[:-1], cuts[1:]
+    where = np.searchsorted(starts, first, side="right") - 1
+    share = np.searchsorted(bounds, first, side="right") - 1
+    return segments[where], first - starts[where], last - starts[where], share
 
 
 class SegmentTable:
     """A descriptor table on the device and each block's pieces of it (``balanced_pieces`` with
-    PIECE_UNITS): BLOCKS_PER_SM blocks per SM of the current device, fewer where there are fewer than THREADS
-    units per block to copy."""
+    PIECE_UNITS and the rows' ``lanes``): BLOCKS_PER_SM blocks per SM of the current device (or at most
+    ``blocks``), fewer where there are fewer than THREADS units per block to copy."""
 
-    def __init__(self, rows: Descriptors) -> None:
+    def __init__(self, rows: Descriptors, lanes: Sequence[int] | None = None, blocks: int | None = None) -> None:
         import cupy
 
         self._keep = rows.keep
         table = np.array(rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
         units = table[:, UNITS]
-        cap = BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id)
+        cap = blocks or BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id)
         self.grid = max(1, min(cap, -(-int(units.sum()) // THREADS)))
-        pieces = balanced_pieces(units, self.grid, PIECE_UNITS)
+        pieces = balanced_pieces(units, self.grid, PIECE_UNITS, lanes)
         self.pieces = len(pieces[0])
         self.table = cupy.asarray(table)
         self._pieces = tuple(cupy.asarray(a) for a in pieces)

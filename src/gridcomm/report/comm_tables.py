@@ -13,13 +13,16 @@ MIB = 1 << 20
 #: Figures the GPU benchmarks time beside gridcomm's transports, and what they are to them.
 ROLES = {
     "nccl send/recv": "peer",  # NCCL's own grouped send/recv of the same bytes
+    "torch all_to_all": "peer",  # torch.distributed's all_to_all_single over NCCL, the same bytes
     "peer copy": "ceiling",  # a copy kernel writing straight into the peer's memory
     "peer copy kernel": "ceiling",
     "peer copy engine": "ceiling",
 }
 ROLE_NOTE = (
-    "peer: nccl send/recv is NCCL's own grouped send/recv of the same bytes from contiguous buffers; ceiling: "
-    "peer copy is a copy straight into the peer GPU's memory (kernel or copy engine); 'graph' is the same exchange "
+    "peer: nccl send/recv is NCCL's own grouped send/recv of the same bytes from contiguous buffers, torch "
+    "all_to_all torch.distributed's all_to_all_single (NCCL) of them; ceiling: peer copy is a copy straight into "
+    "every peer GPU's memory at once (one kernel over all peers, or the copy engines on a stream per peer); "
+    "'graph' is the same exchange "
     "replayed as a CUDA graph; mpi appears where MPI is CUDA-aware."
 )
 

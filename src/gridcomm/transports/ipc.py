@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from ..arguments import whole_number
 from ..comm import Communicator, raise_if_any
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
@@ -45,14 +47,34 @@ from ..packing.cuda import (
     UNITS_PER_RUN,
     Descriptors,
     SegmentTable,
+    address,
     device_allocation,
     kernel,
 )
-from ..packing.geometry import paired_grids
+from ..packing.geometry import RunGrid, message_grid, paired_grids, run_grid
 from .base import Channel, PackerKind, Transport
 from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction is read from the (unified) addresses
+
+#: A selection whose runs would land in the peer as short pieces spread far apart (a column of a large 2-D field:
+#: 8-byte runs a row apart) is written contiguously into the receiver's staging buffer, which the receiver then
+#: unpacks into its field (one more launch). Scattered stores into another GPU's memory pay an address
+#: translation for every page they touch: on 4 x H200, halos of 8-byte runs over 512 MiB of the receiving field
+#: took 181.6 µs straight into the fields against 21.2 µs packed by NCCL's path, and 9.4 µs for rows of the
+#: same bytes (benchmarks/tune_alltoall.py, tune-alltoall-gpu-4r-20261126T053819Z). Local gathers and scatters
+#: do not pay that.
+STAGE_RUN_BYTES = 128  # runs shorter than this ...
+STAGE_SPAN_BYTES = 16 << 20  # ... spread over at least this many bytes of the destination array
+
+
+def staged(grid: RunGrid) -> bool:
+    """Whether a selection that lands as ``grid`` in its destination goes through the receiver's staging buffer
+    (short runs spread over a wide span of memory) rather than straight into the destination."""
+    if grid.run_bytes >= STAGE_RUN_BYTES or grid.n0 * grid.n1 < 2:
+        return False
+    offsets = grid.offsets()
+    return int(offsets.max() - offsets.min()) + grid.run_bytes >= STAGE_SPAN_BYTES
 
 
 @dataclass(frozen=True)
@@ -64,15 +86,21 @@ class IpcTransport(Transport):
             and signals the peers, all GPU-side; ``"copy-engine"``: the copy engines move the blocks
             (cudaMemcpy2DAsync, boxes only), one stream per destination in the order (rank + i) mod size,
             with small kernels signalling around them. ``gridcomm bench alltoall`` compares the two.
+        blocks: (method ``"kernel"``) at most this many thread blocks of 256 for the exchange kernel (default:
+            6 per SM, all of the GPU): fewer leave SMs free for work that runs beside the exchange (a pipelined
+            transform), at the cost of bandwidth where few blocks cannot keep every link busy.
     """
 
     method: Literal["kernel", "copy-engine"] = "kernel"
+    blocks: int | None = None
     name = "ipc"
     graph_capturable = True
 
     def __post_init__(self) -> None:
         if self.method not in ("kernel", "copy-engine"):
             raise ArgumentError(f"IpcTransport(method={self.method!r}): use 'kernel' or 'copy-engine'")
+        if self.blocks is not None:
+            whole_number(self.blocks, "IpcTransport(blocks)", least=1, meaning="thread blocks of the exchange kernel")
 
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
         if not on_device:
@@ -85,7 +113,9 @@ class IpcTransport(Transport):
         return "direct"
 
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
-        return (_KernelChannel if self.method == "kernel" else _CopyEngineChannel)(comm, packer)
+        if self.method == "kernel":
+            return _KernelChannel(comm, packer, self.blocks)
+        return _CopyEngineChannel(comm, packer)
 
 
 @functools.cache
@@ -150,12 +180,56 @@ def _export(address: int) -> tuple[bytes, int]:
         ) from None
 
 
+def staged_receives(layout: Any, destinations: Sequence[Any]) -> Iterator[tuple[Any, RunGrid]]:
+    """(segment, its run grid in its destination) of every received selection that is ``staged``."""
+    for message in layout.recvs:
+        for seg in message.segments:
+            grid = run_grid(destinations[seg.field].shape, layout.fields[seg.field], seg.selection)
+            if staged(grid):
+                yield seg, grid
+
+
+def unpack_rows(rows: Descriptors, layout: Any, destinations: Sequence[Any], buffer: int) -> None:
+    """Rows copying every staged selection from the staging buffer at address ``buffer`` (laid out as ``layout``'s
+    receive messages) into its destination."""
+    for seg, grid in staged_receives(layout, destinations):
+        rows.add(buffer, message_grid(grid, seg.offset), address(destinations[seg.field]), grid)
+
+
+def peer_rows(
+    rows: Descriptors, message: Any, sources: Sequence[Any], layout: Any, there: tuple[Any, Any, Any], staging: int
+) -> None:
+    """Rows copying the selections of ``message`` into the peer's destinations: selection by selection, which
+    needs the peer to cut the block into the same selections, each of the same extents. ``there``: the peer's
+    destination shapes, the selections where this message lands in them, and their addresses (mapped here).
+
+    A selection that lands there as short scattered runs (``staged``, decided alike on both sides) goes to the
+    peer's staging buffer instead, packed as ``layout`` packs it: ``staging`` is the address of this message's
+    byte 0 there."""
+    shapes_there, selections_there, addresses = there
+    if len(message.segments) != len(selections_there):
+        raise ValueError(
+            f"the block to rank {message.peer} is cut into {len(message.segments)} selections here but "
+            f"{len(selections_there)} there; ipc copies a block into a box of the same extents"
+        )
+    for seg, (f, dst_sel) in zip(message.segments, selections_there, strict=True):
+        spec, source = layout.fields[seg.field], sources[seg.field]
+        if staged(run_grid(shapes_there[f], spec, dst_sel)):
+            grid = run_grid(source.shape, spec, seg.selection)
+            rows.add(address(source), grid, staging, message_grid(grid, seg.offset))
+            continue
+        src, dst = paired_grids(source.shape, seg.selection, shapes_there[f], dst_sel, spec)
+        rows.add(address(source), src, addresses[f], dst)
+
+
 class _IpcChannel(GpuWaitChannel):
     """What both methods share: the flags, the mappings, the rows to copy, the waits and the timeout report.
 
     ``self._rows`` holds one descriptor row per selection: from this rank's sources (``packer.fields``) into
-    the destinations of each peer (``packer.destinations``, mapped here), then what this rank sends itself;
-    ``self._rows_of[k]`` is the range of rows bound for ``self._destinations[k]``.
+    the destinations of each peer (``packer.destinations``, mapped here) or, for a selection that lands as short
+    scattered runs (``staged``), into the peer's staging buffer; then what this rank sends itself.
+    ``self._rows_of[k]`` is the range of rows bound for ``self._destinations[k]``. ``self._unpack`` (or None)
+    copies what the sources staged here into the destinations, after the exchange.
     """
 
     def __init__(self, comm: Communicator, packer: Any) -> None:
@@ -168,19 +242,25 @@ class _IpcChannel(GpuWaitChannel):
         self._epoch = cupy.zeros(1, dtype=np.int64)
         self._waits = GpuWaitReport(comm.rank, "ipc")
         self._handles: list[bytes] = []
+        self._staging, unpack = self._staging_here(layout, destinations)
         cupy.cuda.Device().synchronize()
-        # Everyone publishes its flags and destinations and, per source, where that source's blocks land in them.
+        # Everyone publishes its flags, destinations and staging buffer and, per source, where that source's blocks
+        # land: the selections in the destinations, and the offset of its message in the staging buffer.
         problem, exported = None, None
         try:
             # An empty array (a rank that receives nothing) has no memory to share, and nothing lands in it.
-            exported = (_export(self._flags.data.ptr), [_export(d.data.ptr) if d.size else None for d in destinations])
+            exported = (
+                _export(self._flags.data.ptr),
+                [_export(d.data.ptr) if d.size else None for d in destinations],
+                None if self._staging is None else _export(self._staging.data.ptr),
+            )
         except TransportError as error:
             problem = str(error)
         raise_if_any(comm.mpi, problem, TransportError)
         everyone = comm.mpi.allgather(exported)
-        wanted = {m.peer: [(s.field, s.selection) for s in m.segments] for m in layout.recvs}
+        wanted = {m.peer: ([(s.field, s.selection) for s in m.segments], m.offset) for m in layout.recvs}
         shapes = [tuple(d.shape) for d in destinations]
-        their = comm.mpi.alltoall([(shapes, wanted.get(r)) for r in range(comm.size)])
+        their = comm.mpi.alltoall([(shapes, *wanted.get(r, (None, 0))) for r in range(comm.size)])
         self._destinations = [m.peer for m in layout.sends]
         self._sources = [m.peer for m in layout.recvs]
         flag_addresses = np.zeros(comm.size, dtype=np.uint64)
@@ -191,9 +271,11 @@ class _IpcChannel(GpuWaitChannel):
         try:
             for message in layout.sends:
                 first = len(self._rows.rows)
-                shapes_there, selections_there = their[message.peer]
-                addresses = [self._mapped(pair) for pair in everyone[message.peer][1]]
-                self._add_rows(message, sources, layout, shapes_there, selections_there, addresses)
+                shapes_there, selections_there, offset_there = their[message.peer]
+                _, fields_there, staging_there = everyone[message.peer]
+                addresses = [self._mapped(pair) for pair in fields_there]
+                staging = self._mapped(staging_there) + offset_there - message.offset
+                peer_rows(self._rows, message, sources, layout, (shapes_there, selections_there, addresses), staging)
                 self._rows_of.append(range(first, len(self._rows.rows)))
             self._rows.local(packer.local, sources, destinations)
             problem = None
@@ -203,6 +285,19 @@ class _IpcChannel(GpuWaitChannel):
         self._peer_flags = cupy.asarray(flag_addresses)
         self._destination_ranks = cupy.asarray(np.array(self._destinations or [0], dtype=np.int32))
         self._source_ranks = cupy.asarray(np.array(self._sources or [0], dtype=np.int32))
+        self._unpack = SegmentTable(unpack) if unpack.rows else None
+
+    def _staging_here(self, layout: Any, destinations: Any) -> tuple[Any, Any]:
+        """(this rank's staging buffer, laid out as ``layout``'s receive messages, or None where no selection is
+        staged; the rows unpacking it into the destinations)."""
+        import cupy
+
+        unpack = Descriptors(cupy)
+        if next(staged_receives(layout, destinations), None) is None:
+            return None, unpack
+        buffer = device_allocation(layout.recv_nbytes)
+        unpack_rows(unpack, layout, destinations, buffer.data.ptr)
+        return buffer, unpack
 
     def _mapped(self, exported: tuple[bytes, int] | None) -> int:
         if exported is None:
@@ -216,20 +311,16 @@ class _IpcChannel(GpuWaitChannel):
             _MAPPINGS.close(handle)
         self._handles = []
 
-    def _add_rows(
-        self, message: Any, sources: Any, layout: Any, shapes_there: Any, selections_there: Any, addresses: Any
-    ) -> None:
-        """Rows copying the selections of ``message`` into the peer's destinations: selection by selection,
-        which needs the peer to cut the block into the same selections, each of the same extents."""
-        if len(message.segments) != len(selections_there):
-            raise ValueError(
-                f"the block to rank {message.peer} is cut into {len(message.segments)} selections here but "
-                f"{len(selections_there)} there; ipc copies a block into a box of the same extents"
-            )
-        for seg, (f, dst_sel) in zip(message.segments, selections_there, strict=True):
-            spec = layout.fields[seg.field]
-            src, dst = paired_grids(sources[seg.field].shape, seg.selection, shapes_there[f], dst_sel, spec)
-            self._rows.add(sources[seg.field].data.ptr, src, addresses[f], dst)
+    def _lanes(self) -> list[int]:
+        """Each row's lane for the kernel's pieces (``balanced_pieces``): its destination counted from this rank,
+        (destination - rank) mod size, this rank's own rows 0. Pieces are interleaved lane by lane, so that every
+        link is busy at once, and each rank starts on its next rank's: no destination receives from every rank
+        first while the other links idle."""
+        lanes = [0] * len(self._rows.rows)
+        for peer, rows in zip(self._destinations, self._rows_of, strict=True):
+            for i in rows:
+                lanes[i] = (peer - self._comm.rank) % self._comm.size
+        return lanes
 
     def close(self) -> None:
         import cupy
@@ -237,16 +328,17 @@ class _IpcChannel(GpuWaitChannel):
         cupy.cuda.Device().synchronize()
         self._comm.mpi.Barrier()  # no peer writes into our memory any more
         self._unmap()
+        self._staging = self._unpack = None
 
 
 class _KernelChannel(_IpcChannel):
     """One kernel per exchange: the copies and the flags (kernels/ipc.cu, gridcomm_ipc_exchange)."""
 
-    def __init__(self, comm: Communicator, packer: Any) -> None:
+    def __init__(self, comm: Communicator, packer: Any, blocks: int | None = None) -> None:
         import cupy
 
         super().__init__(comm, packer)
-        self._table = SegmentTable(self._rows)
+        self._table = SegmentTable(self._rows, self._lanes(), blocks)
         self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
@@ -272,6 +364,8 @@ class _KernelChannel(_IpcChannel):
             ),
             stream=stream,
         )
+        if self._unpack is not None:  # the kernel has waited for every source: what they staged is here
+            self._unpack.copy(stream)
 
 
 class _CopyEngineChannel(_IpcChannel):
@@ -335,6 +429,8 @@ class _CopyEngineChannel(_IpcChannel):
              error),
             stream=stream,
         )  # fmt: skip
+        if self._unpack is not None:
+            self._unpack.copy(stream)
 
     def close(self) -> None:
         super().close()
