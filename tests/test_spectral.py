@@ -377,6 +377,21 @@ def test_one_rank_has_no_transposition():
             DistributedTransform(comm, "O24", transport="carrier-pigeon")
 
 
+def test_pipeline_is_checked():
+    """The pipeline takes a whole number of groups; on one rank, which transposes nothing, it is one group."""
+    import gridcomm
+    from gridcomm.apps.spectral.dwarf import DistributedTransform
+    from gridcomm.errors import ArgumentError, ArgumentTypeError
+
+    with gridcomm.Communicator() as comm:
+        with pytest.raises(ArgumentError, match="pipeline=0"):
+            DistributedTransform(comm, "O16", batch=4, pipeline=0)
+        with pytest.raises(ArgumentTypeError, match="pipeline"):
+            DistributedTransform(comm, "O16", batch=4, pipeline=2.0)
+        with DistributedTransform(comm, "O16", batch=4, pipeline=3) as dist:
+            assert dist.pipeline == 1
+
+
 def test_product_clock_times_the_legendre_products_alone(monkeypatch):
     """A transform's ProductClock is entered once per batched product (one per chunk and direction) and times
     what runs inside it only: here the moves around the products are made to take 20 ms longer each, and none

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gridcomm
-from gpu_support import needs_gpus
+from gpu_support import gpu_count, needs_gpus
 from gridcomm.apps.spectral import SpectralTransform, coefficient_index, row_bands, wavenumber_sets
 from gridcomm.apps.spectral.dwarf import random_coefficients, run_spectral
 from gridcomm.grids.octahedral import OctahedralGrid
@@ -198,3 +198,14 @@ def test_fold_and_pick_equal_the_host(cupy, monkeypatch, shared_kib):
     got = cupy.empty(f.shape, np.complex128)
     device._pick(cupy.asarray(spectra), device_plan, got)
     assert np.array_equal(got.get(), want)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nranks", sorted({2, gpu_count()}))
+def test_pipelined_transform_on_several_gpus(mpi_checks, nranks):
+    """tests/mpi_programs/checks_spectral.py on one rank per GPU: the pipelined transform (each group of rows
+    transposed apart, overlapping the other groups' FFTs) bit for bit equal to one transposition of every row."""
+    if gpu_count() < 2:
+        pytest.skip(f"needs 2 CUDA GPUs; {gpu_count()} here")
+    mpi_checks("checks_spectral", nranks, timeout=300, env={"GRIDCOMM_CHECK_DEVICE": "gpu"},
+               checks=("check_pipelined_transform_equals_one_transposition",))  # fmt: skip

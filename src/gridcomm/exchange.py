@@ -21,7 +21,8 @@ from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeou
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
 from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
-from .transports import Transport, choose, requested
+from .transports import Transport, auto, auto_choice_reason, available, choose, requested
+from .transports.auto import auto_measurement
 from .validate import ExchangeValidator, check_validate
 
 
@@ -256,15 +257,64 @@ class BoundExchange:
         self.channel = self.transport.bind(self.comm, self.packer, self.tag)
 
     def _bind_or_fall_back(self, transport: str | Transport) -> None:
-        """``_bind``; where ``"auto"`` picked ipc and ipc cannot map or pair these arrays (every rank raised
-        together), the next best transport."""
+        """``_bind``. With ``"auto"``, where several candidates can move these fields: the fastest for this plan,
+        measured (transports/auto.py; not in validation mode, whose checks would be timed too). Otherwise where
+        ``"auto"`` picked ipc and ipc cannot map or pair these arrays (every rank raised together), the next best
+        transport. ``self.transport_reason`` says which and why."""
+        self.transport_reason = f"{self.transport.name}: asked for"
+        if transport == "auto":
+            measuring = not self.validate and auto_measurement()
+            self.transport_reason = auto_choice_reason(available(self.comm, self.on_device), self.on_device, measuring)
+            if measuring and self._bind_measured():
+                return
         try:
             self._bind()
         except TransportError:
             if transport != "auto" or self.transport.name != "ipc":
                 raise
             self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
+            self.transport_reason = f"{self.transport.name}: ipc cannot pair these blocks (a block must land in a " \
+                "box of the extents it was sent as)"
             self._bind()
+
+    def _bind_measured(self) -> bool:
+        """Collective: bind each usable candidate of ``auto.candidates`` in turn, time the plan's own exchange and
+        keep the fastest (or the one remembered for a plan of this shape); False where fewer than two candidates
+        can move these fields (the order of preference decides then)."""
+        usable = auto.usable_candidates(available(self.comm, self.on_device), self.on_device)
+        if len(usable) < 2:
+            return False
+        key = auto.plan_shape(self.comm, self.layout)
+        label = auto.remembered(self.comm, key)
+        if label is not None:
+            self.transport = choose(usable[label], self.comm, self.on_device)
+            self._bind()
+            self.transport_reason = f"{label}: measured fastest before for a plan of this shape on these ranks"
+            return True
+        seconds = {}
+        for label, candidate in usable.items():
+            self.transport = choose(candidate, self.comm, self.on_device)
+            try:
+                self._bind()
+            except TransportError:  # raised on every rank together: this candidate cannot move this plan
+                continue
+            self._ready()
+            seconds[label] = auto.time_exchanges(self.comm, self.exchange, self._synchronize)
+            self.channel.close()
+            self.packer.close()
+        measured = auto.pick(seconds, list(usable))
+        auto.remember(self.comm, key, measured.chosen)
+        self.transport = choose(usable[measured.chosen], self.comm, self.on_device)
+        self._bind()
+        self.transport_reason = measured.reason
+        if self.comm.rank == 0:
+            auto.log.info("%s: %s", type(self).__name__, measured.reason)
+        return True
+
+    def _synchronize(self) -> None:
+        """Wait until this rank's exchanges have finished (the device, for GPU fields)."""
+        if self.on_device:
+            self.xp.cuda.Device().synchronize()
 
     def _ready(self) -> None:
         """The state of a bound exchange with nothing in flight."""

@@ -13,6 +13,7 @@ import zlib
 import numpy as np
 from harness import (
     BOX_TRANSPORTS,
+    ON_GPU,
     SENTINEL_BYTE,
     TRANSPORTS,
     HaloExchanger,
@@ -341,6 +342,67 @@ def check_communicator_forms_and_timeouts(comm):
                     problems.append(f"{form}: HaloExchanger(timeout=2.5).timeout == {ex.timeout}")
             if form != "Communicator":
                 d.comm.close()
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
+def check_ipc_staged_selections_match_reference(comm):
+    """On the GPU (GRIDCOMM_CHECK_DEVICE=gpu): ipc with every short-run selection going through the receivers'
+    staging buffers (its thresholds lowered) over every case, dtype and order; and, as it is, a 2-D field whose
+    columns are staged (2048 x 2048 float64 per rank: 8-byte runs over 32 MiB). Equal to the serial reference."""
+    if not ON_GPU:
+        return
+    from gridcomm.transports import ipc
+
+    problems = []
+    size = comm.Get_size()
+    saved = ipc.STAGE_SPAN_BYTES, ipc.STAGE_RUN_BYTES
+    try:
+        ipc.STAGE_SPAN_BYTES, ipc.STAGE_RUN_BYTES = 0, 1 << 30
+        for shape, halo, periodic in CASES:
+            d = CartesianDecomposition(comm, grow(shape, halo, size), halo=halo, periodic=periodic)
+            if p := exchange_problems(d, MIXED, "ipc"):
+                problems.append(f"{shape}, halo {halo}, all staged: {p}")
+            d.comm.close()
+    finally:
+        ipc.STAGE_SPAN_BYTES, ipc.STAGE_RUN_BYTES = saved
+    d = CartesianDecomposition(comm, (2048, 2048 * size), halo=1, proc_grid=(1, size), periodic=True, stencil="star")
+    if p := exchange_problems(d, [("float64", "C")], "ipc"):
+        problems.append(f"2048 x 2048 per rank, columns staged: {p}")
+    d.comm.close()
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
+@ranks(minimum=2)
+def check_auto_measures_the_plan_and_remembers(comm):
+    """transport='auto' where several candidates can move the fields (cma and mpi on the host; ipc, its copy
+    engines and nccl on the GPU) times the plan's own exchange with each and keeps the fastest; a second plan of
+    the same shape takes that choice without measuring again; every exchange is right."""
+    from gridcomm.transports import auto, available
+
+    problems = []
+    with gridcomm.Communicator(comm) as fresh:  # nothing remembered yet
+        d = CartesianDecomposition(fresh, (4 * comm.Get_size(), 5, 3), halo=1, periodic=True)
+        usable = list(auto.usable_candidates(available(fresh, ON_GPU), ON_GPU))
+        reasons = []
+        for seed in (1, 2):
+            g = random_global(d.global_shape, "float64", seed)
+            f = local_with_sentinel(d, g)
+            with HaloExchanger(d, f, "auto", validate=False) as ex:  # validation mode measures nothing
+                reasons.append(ex.transport_reason)
+                chosen = ex.transport_reason.split(":")[0]
+                if chosen not in usable and len(usable) > 1:
+                    problems.append(f"auto chose {chosen!r}, not one of the candidates {usable}")
+                ex.exchange()
+            if p := compare(d, f, g):
+                problems.append(f"auto ({reasons[-1]}): {p}")
+        if len(usable) > 1:
+            if "fastest measured for this plan" not in reasons[0] or not all(u in reasons[0] for u in usable):
+                problems.append(f"the first plan was not measured against every candidate {usable}: {reasons[0]!r}")
+            if "measured fastest before" not in reasons[1]:
+                problems.append(f"the second plan of the same shape was measured again: {reasons[1]!r}")
+        elif "first usable" not in reasons[0]:
+            problems.append(f"one candidate ({usable}) but the reason says {reasons[0]!r}")
+        d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)
 
 

@@ -7,10 +7,10 @@ matching parts of the serial transform of the same global coefficients.
 from __future__ import annotations
 
 import numpy as np
-from harness import assert_everywhere
+from harness import ON_GPU, assert_everywhere, ranks
 
 from gridcomm import Communicator
-from gridcomm.apps.spectral import SpectralTransform, coefficient_count
+from gridcomm.apps.spectral import SpectralTransform, coefficient_count, wavenumber_sets
 from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients, run_spectral
 
 
@@ -50,4 +50,45 @@ def check_run_spectral_round_trip(comm):
         problems.append(f"round-trip error {r['round_trip_error']:.2e}")
     if set(r["split_s"]) != {"legendre", "fft", "transposition"} or r["time_per_step_s"] <= 0:
         problems.append(f"timings {r}")
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
+@ranks(minimum=2)
+def check_pipelined_transform_equals_one_transposition(comm):
+    """Every rank's rows cut into groups, each moved by a transposition of its own, give bit for bit what one
+    transposition of every row gives: on the host the groups one after the other; on the GPU
+    (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, each group's transposition overlapping the other groups' FFTs
+    and without the overlap, over the transports a CUDA graph replays (ipc kernel and copy engines, nccl)."""
+    from gridcomm.arrays import to_host
+    from gridcomm.transports import by_label
+
+    if ON_GPU:
+        import cupy as xp
+
+        transports = ("ipc", "ipc/copy-engine", "nccl")
+        cases = ((1, True), (3, True), (3, False))  # (groups, overlap), all with graphs
+    else:
+        xp, transports, cases = np, ("auto", "mpi"), ((1, False), (3, False))
+    problems = []
+    with Communicator(comm) as gc:
+        t, batch = 47, 5
+        a = xp.asarray(random_coefficients(t, wavenumber_sets(t, gc.size)[gc.rank], batch))
+        for label in transports:
+            results = {}
+            for groups, overlap in cases:
+                options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": groups, "transport": by_label(label)}
+                with DistributedTransform(gc, "O48", **options) as dist:
+                    dist.overlap = overlap
+                    if dist.pipeline != groups:
+                        problems.append(f"{label}: pipeline={groups} gave {dist.pipeline} groups")
+                    for _ in range(3):  # with graphs the first call captures them; the others replay them
+                        values = xp.asarray(dist.inverse(a)).copy()
+                        back = xp.asarray(dist.direct(values)).copy()
+                    results[(groups, overlap)] = [to_host(values), to_host(back)]
+            want = results[cases[0]]
+            for key, got in results.items():
+                for what, x, y in zip(("inverse", "direct"), got, want, strict=True):
+                    if not np.array_equal(x, y):
+                        error = float(np.max(np.abs(x - y))) / float(np.max(np.abs(y)))
+                        problems.append(f"{label}, {key[0]} groups, overlap={key[1]}: {what} differs ({error:.1e})")
     assert_everywhere(comm, "\n".join(problems) or None)

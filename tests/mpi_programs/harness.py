@@ -6,9 +6,10 @@ that a bug there cannot hide a bug in the exchange.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -420,6 +421,37 @@ def run_property(
     NVSHMEM allocates over every process of the job, so an example drawing transport "nvshmem" on fewer ranks
     than ``comm`` has is rejected (tests/mpi_programs/checks_exchange.py checks that such a request is refused).
     """
+    # Every example builds new plans, and "auto" measuring each candidate on each of them would multiply an
+    # example's cost: here "auto" takes the order of preference (checks_exchange's
+    # check_auto_measures_the_plan_and_remembers checks the measured choice).
+    with environment(GRIDCOMM_AUTO=os.environ.get("GRIDCOMM_AUTO") or "order"):
+        _run_property(comm, strategy, run_case, max_examples, derandomize, nranks, tally)
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Environment variables set to ``values`` inside the block, restored after it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_property(
+    comm: Any,
+    strategy: Any,
+    run_case: Callable[[Any, Any], list[str]],
+    max_examples: int,
+    derandomize: bool,
+    nranks: Callable[[Any], int],
+    tally: Mapping[str, Callable[[Any], bool]] | None,
+) -> None:
     if comm.Get_rank() != 0:
         while (case := broadcast(comm, None)) is not None:
             run_everywhere(comm, case, nranks(case), run_case)

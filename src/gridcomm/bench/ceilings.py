@@ -127,26 +127,20 @@ def peer_copy(comm: Communicator, buffers: PeerBuffers, nbytes: int, engine: boo
 
 
 def nvlink_nominal_gbps() -> float | None:
-    """NVLink's nominal rate out of this rank's GPU, per direction [GB/s]: its active links times the rate of
-    one link of their generation (NVML), or None where NVML or NVLink is missing."""
-    per_link = {1: 20.0, 2: 25.0, 3: 25.0, 4: 26.5625, 5: 50.0}  # GB/s per direction per link, by NVLink version
+    """NVLink's nominal rate out of this rank's GPU, per direction [GB/s]: NVML's count of its links times their
+    common speed, or None where NVML, NVLink or those fields are missing."""
     try:
         import cupy
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            bus = cupy.cuda.Device().pci_bus_id
-            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-            total = 0.0
-            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-                try:
-                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
-                        continue
-                    total += per_link.get(int(pynvml.nvmlDeviceGetNvLinkVersion(handle, link)), 0.0)
-                except pynvml.NVMLError:
-                    continue
-            return total or None
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(cupy.cuda.Device().pci_bus_id)
+            ids = [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON]
+            count, speed = pynvml.nvmlDeviceGetFieldValues(handle, ids)
+            if count.nvmlReturn or speed.nvmlReturn:
+                return None
+            return count.value.uiVal * speed.value.uiVal / 1000 or None  # MB/s per link -> GB/s in all
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no NVML, no GPU, no NVLink: no figure, not an error

@@ -19,6 +19,7 @@ from ..apps.spectral.dwarf import PHASES, run_spectral
 from ..apps.spectral.transform import max_buckets
 from ..comm import Communicator
 from ..grids.octahedral import OctahedralGrid
+from ..transports import by_label
 from .timing import time_collective
 
 
@@ -121,6 +122,7 @@ def benchmark_spectral(
     gpu: bool = False,
     graphs: bool | None = None,
     fft_streams: int | None = None,
+    pipeline: int = 1,
     peer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
@@ -128,13 +130,16 @@ def benchmark_spectral(
     products alone (``legendre_products_*``: the phase less the moves of their operands), the FFT phase's
     bandwidth (``fft_bytes`` per rank over its time) beside the HBM copy bandwidth on the GPU (None on the
     CPU), and the round-trip error; ``peer`` (``ducc0_peer`` of the same grid and batch) as ``ducc0_*`` entries,
-    None where not given.
+    None where not given. ``transport`` is a transport's name or label (``transports.by_label``); with
+    ``pipeline`` chunks the step overlaps the transpositions with the compute (run_spectral), and
+    ``exposed_fraction`` is the share of the step that the transpositions add beyond the compute.
     Rates per rank assume the work is shared evenly (wavenumbers in pairs, rows by points)."""
     octahedral = OctahedralGrid(grid)
     r = run_spectral(
-        comm, octahedral, levels=levels, fields=fields, steps=steps, transport=transport, gpu=gpu, graphs=graphs,
-        fft_streams=fft_streams,
+        comm, octahedral, levels=levels, fields=fields, steps=steps, transport=by_label(transport), gpu=gpu,
+        graphs=graphs, fft_streams=fft_streams, pipeline=pipeline,
     )  # fmt: skip
+    r["transport_label"] = transport
     t, batch = r["truncation"], r["batch"]
     xp = np
     if gpu:
@@ -163,7 +168,8 @@ def benchmark_spectral(
         "fft_GBps_per_rank": fft_rate,
         "hbm_GBps": hbm,
         "fft_share_of_hbm": fft_rate / hbm if fft_rate is not None and hbm else None,
-        "transposition_fraction": r["split_s"]["transposition"] / r["time_per_step_s"],
+        "transposition_fraction": r["split_s"]["transposition"] / (r["sequential_step_s"] or r["time_per_step_s"]),
+        "exposed_fraction": r["exposed_transposition_s"] / r["time_per_step_s"],
         "ducc0_step_s": peer and peer["step_s"],
         "ducc0_threads_per_rank": peer and peer["threads"],
         "ducc0_version": peer and peer["version"],
@@ -172,22 +178,30 @@ def benchmark_spectral(
     }
 
 
+def spectral_case(r: dict[str, Any]) -> str:
+    """A row's transport (its label where one was given) and, pipelined, its groups of rows."""
+    label = r.get("transport_label") or r["transport"]
+    return label if r.get("pipeline", 1) == 1 else f"{label}, {r['pipeline']} groups"
+
+
 def plot_spectral(payload: dict[str, Any], png: Path) -> Path:
     """Each grid's step split into its phases, as shares of the step (slowest rank per phase, so the shares
-    may add up to more than 100 %), the step time written above each bar."""
+    may add up to more than 100 %; pipelined, of the step with the groups one after the other), the step time
+    written above each bar (pipelined: with the transpositions overlapping the FFTs)."""
     from .results import machine_title, panels_figure
 
     rows = payload["results"]
     fig, (ax,) = panels_figure(1)
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
-    for phase in PHASES:
-        shares = np.array([100 * r["split_s"][phase] / r["time_per_step_s"] for r in rows])
+    for phase in PHASES:  # shares of the step the split was timed in: pipelined, the groups one after the other
+        shares = np.array([100 * r["split_s"][phase] / (r.get("sequential_step_s") or r["time_per_step_s"])
+                           for r in rows])  # fmt: skip
         ax.bar(x, shares, bottom=bottom, label=phase)
         bottom += shares
     for k, r in enumerate(rows):
         ax.annotate(f"{r['time_per_step_s'] * 1e3:.1f} ms", (k, bottom[k]), ha="center", va="bottom", fontsize=8)
-    labels = [f"{r['grid']} T{r['truncation']}\n{r['transport']}, batch {r['batch']}" for r in rows]
+    labels = [f"{r['grid']} T{r['truncation']}\n{spectral_case(r)}, batch {r['batch']}" for r in rows]
     ax.set_xticks(x, labels, fontsize=7)
     ax.set(ylabel="share of the step [%] (inverse + direct)", ylim=(0, 1.4 * max(bottom)))
     ax.legend(fontsize=7, loc="upper left", ncol=3)

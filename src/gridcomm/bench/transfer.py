@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..comm import Communicator
-from ..transports import IpcTransport, Transport
+from ..transports import LABELLED, Transport
 from ..transpose import Transposer
 from .ceilings import (
     PeerBuffers,
@@ -35,10 +35,12 @@ GPU_TRANSPORTS = ("staged", "nccl", "ipc")
 
 
 def variants(names: Sequence[str]) -> dict[str, str | Transport]:
-    """The transports to time, by label: each name, and ipc's copy-engine method beside its kernel."""
+    """The transports to time, by label: each name, and each configured variant of it (``transports.LABELLED``:
+    ipc's copy-engine method beside its kernel)."""
     out: dict[str, str | Transport] = {name: name for name in names}
-    if "ipc" in out:
-        out["ipc/copy-engine"] = IpcTransport(method="copy-engine")
+    for label, transport in LABELLED.items():
+        if transport.name in out:
+            out[label] = transport
     return out
 
 

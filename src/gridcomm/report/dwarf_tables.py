@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bench import seeds
+from ..bench.spectral import spectral_case
 from . import versus
 from .figures import Cell, Column, FigureTable, cell, ratio
 from .folder import Result
@@ -229,7 +230,7 @@ def spectral(result: Result) -> list[FigureTable]:
                     text=seeds.SPECTRAL_JOULES_PER_STEP.text() + " (4 GPUs)" if seed is seeds.SPECTRAL_IPC else "—"
                 ),
             }
-        table.add((f"{r['grid']} T{r['truncation']}", r["transport"], r["batch"]), cells)
+        table.add((f"{r['grid']} T{r['truncation']}", spectral_case(r), r["batch"]), cells)
     table.notes.append(
         "The Legendre phase is its matrix products plus the moves of their operands between the caller's layout "
         "(fields slowest) and the products' (fields fastest); both rates count the useful flops only."

@@ -34,15 +34,26 @@ __all__ = [
     "Transport",
     "auto_choice_reason",
     "available",
+    "by_label",
     "choose",
     "names",
     "requested",
 ]
 
 
+#: Configured transports that benchmarks and the command line name by a label of their own, beside the names.
+LABELLED: dict[str, Transport] = {"ipc/copy-engine": IpcTransport(method="copy-engine")}
+
+
 def names() -> list[str]:
     """Names of every transport gridcomm knows."""
     return sorted(_REGISTRY)
+
+
+def by_label(label: str) -> str | Transport:
+    """What a constructor takes for ``label``: a transport's name or ``"auto"`` as it is, a label of LABELLED as
+    its configured Transport (e.g. ``"ipc/copy-engine"``)."""
+    return LABELLED.get(label, label)
 
 
 def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
@@ -93,9 +104,19 @@ def choose(transport: str | Transport, comm: Communicator, on_device: bool, excl
     return chosen
 
 
-def auto_choice_reason(reasons: dict[str, str | None], on_device: bool) -> str:
-    """What ``"auto"`` picks given ``available(...)``'s answer, and why: the first usable transport in order of
-    preference, and why each one before it was passed over."""
+def auto_choice_reason(reasons: dict[str, str | None], on_device: bool, measuring: bool | None = None) -> str:
+    """What ``"auto"`` picks given ``available(...)``'s answer, and why: the fastest of the usable candidates
+    measured on each plan (transports/auto.py, where two or more can and ``measuring``, by default unless
+    GRIDCOMM_AUTO=order), else the first usable transport in order of preference, and why each one before it was
+    passed over."""
+    from . import auto
+
+    measured = list(auto.usable_candidates(reasons, on_device))
+    if len(measured) > 1 and (auto.auto_measurement() if measuring is None else measuring):
+        return (
+            f"the fastest of {', '.join(measured)} for each plan, measured on its own exchange when it is built "
+            "(plans of one shape once; GRIDCOMM_AUTO=order takes the order of preference instead)"
+        )
     skipped = []
     for name in _preference(on_device):
         if reasons.get(name) is None:
@@ -103,6 +124,10 @@ def auto_choice_reason(reasons: dict[str, str | None], on_device: bool) -> str:
             return why + "".join(f"; not {s}: {reasons[s]}" for s in skipped)
         skipped.append(name)
     return "nothing: no transport is usable"
+
+
+def _name(transport: str | Transport) -> str:
+    return transport if isinstance(transport, str) else transport.name
 
 
 def _preference(on_device: bool) -> list[str]:

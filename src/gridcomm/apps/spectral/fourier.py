@@ -71,9 +71,10 @@ class RowGeometry:
     bin_offsets: np.ndarray
 
     @classmethod
-    def of(cls, lengths: np.ndarray) -> RowGeometry:
+    def of(cls, lengths: np.ndarray, first_point: int = 0) -> RowGeometry:
+        """Rows of ``lengths`` points one after the other in the grid values, from point ``first_point``."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        starts = first_point + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         bin_offsets = np.concatenate([[0], np.cumsum(lengths // 2 + 1)]).astype(np.int64)
         return cls(lengths, starts, bin_offsets)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -112,6 +113,10 @@ class SpectralTransform:
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over, forked from and joined back to the
             caller's stream: small FFTs of different lengths then run side by side (in a captured CUDA graph, as
             parallel branches). Default ``fourier.GPU_FFT_STREAMS`` (4); 1: all on the caller's stream.
+        values_layout: (first point, points per field) of the grid-value arrays the Fourier half reads and
+            writes: its rows' points lie from that point on, in arrays holding more points per field (another
+            transform's rows, e.g. a group of a rank's band whose FFTs run apart from the rest). Default
+            (0, the points of ``rows``).
 
     Arrays are batched on their first axis (fields times levels): coefficients (batch, ncoef) complex,
     grid values (batch, points of ``rows``) real, Fourier coefficients (batch, m, rows) complex.
@@ -129,6 +134,7 @@ class SpectralTransform:
         fourier_order: Sequence[int] | np.ndarray | None = None,
         xp: Any = np,
         fft_streams: int | None = None,
+        values_layout: tuple[int, int] | None = None,
     ) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         n = self.grid.N
@@ -141,8 +147,10 @@ class SpectralTransform:
             raise ArgumentError("rows=[]: give at least one latitude row (None: all of them)")
         self.ncoef = int(np.sum(t - self.wavenumbers + 1))
         self.points = int(np.sum(self.grid.nlon[self.rows]))
-        self._scratch_arrays: dict[str, Any] = {}
-        self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows]), self.xp, fft_streams)
+        first_point, self.field_points = _values_layout(values_layout, self.points)
+        self._scratch_arrays: dict[Any, Any] = {}
+        self._retired: list[Any] = []  # scratch buffers outgrown (``_scratch``)
+        self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows], first_point), self.xp, fft_streams)
         self._fourier_plans: dict[bytes, FoldingPlan] = {}
         #: Times the Legendre products apart from the moves around them where set (a ProductClock); None: untimed.
         self.product_clock: ProductClock | None = None
@@ -240,8 +248,9 @@ class SpectralTransform:
             operands.unfold(product, chunk, out)
         return out
 
-    def legendre_direct(self, fourier: Any) -> Any:
-        """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature."""
+    def legendre_direct(self, fourier: Any, out: Any = None) -> Any:
+        """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature
+        (written into ``out``, C-contiguous, when given)."""
         xp, n = self.xp, self.grid.N
         f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
         count = len(self.wavenumbers)
@@ -249,7 +258,8 @@ class SpectralTransform:
             raise FieldError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
         f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
         batch = f.shape[0]
-        out = xp.empty((batch, self.ncoef), dtype=np.complex128)
+        shape = (batch, self.ncoef)
+        out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "legendre_direct")
         for chunk in self._chunks(batch):
             # North + south rows for l - m even, north - south for odd; the weights are in the tables.
             sums = self._operand("wide", chunk, batch)
@@ -262,8 +272,11 @@ class SpectralTransform:
 
     # -- Fourier half -----------------------------------------------------------------------------------------
 
-    def fourier_inverse(self, fourier: Any, wavenumbers: Sequence[int] | np.ndarray | None = None) -> Any:
-        """(batch, m, rows) Fourier coefficients -> (batch, points) grid values of this object's rows.
+    def fourier_inverse(
+        self, fourier: Any, wavenumbers: Sequence[int] | np.ndarray | None = None, out: Any = None
+    ) -> Any:
+        """(batch, m, rows) Fourier coefficients -> (batch, points) grid values of this object's rows (written into
+        ``out``, a C-contiguous float64 array, when given).
 
         ``wavenumbers`` names the m of axis 1 (default 0..T); m >= n / 2 folds onto m mod n in a row of n points.
         """
@@ -276,7 +289,8 @@ class SpectralTransform:
                 f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(ms)}, {nrows}) "
                 f"for {len(ms)} wavenumbers on {nrows} rows"
             )
-        values = xp.empty((f.shape[0], self.points), dtype=np.float64)
+        shape = (f.shape[0], self.field_points)
+        values = xp.empty(shape, np.float64) if out is None else _output(out, shape, "fourier_inverse", np.float64)
         spectra = self._scratch("spectra", (f.shape[0], self._row_ffts.rows.bins), np.complex128)
         self._row_ffts.inverse(xp.ascontiguousarray(f, dtype=np.complex128), self._fourier_plan(ms), values, spectra)
         return values
@@ -290,9 +304,9 @@ class SpectralTransform:
         xp = self.xp
         ms = self._fourier_wavenumbers(wavenumbers)
         v = _numbers(xp.asarray(values), "grid values", complex_allowed=False)
-        if v.ndim != 2 or v.shape[1] != self.points:
+        if v.ndim != 2 or v.shape[1] != self.field_points:
             raise FieldError(
-                f"grid values of shape {tuple(v.shape)}: expected (batch, {self.points}), the points of "
+                f"grid values of shape {tuple(v.shape)}: expected (batch, {self.field_points}), the points of "
                 f"{len(self.rows)} rows of {self.grid.name}"
             )
         batch = v.shape[0]
@@ -319,11 +333,17 @@ class SpectralTransform:
 
     def _scratch(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
         """A work array kept between calls (its contents do not survive them): on the host, a fresh array this
-        large would cost page faults on every call (the old per-m loops only ever made small ones)."""
-        array = self._scratch_arrays.get(name)
-        if array is None or tuple(array.shape) != shape or array.dtype != np.dtype(dtype):
-            array = self._scratch_arrays[name] = self.xp.empty(shape, dtype=dtype)
-        return array
+        large would cost page faults on every call (the old per-m loops only ever made small ones). A view of the
+        front of one buffer per name and dtype, grown when a larger one is needed: calls of different batch sizes
+        (a pipelined transform's chunks) share it. A buffer outgrown stays alive (``_retired``): a CUDA graph
+        captured with it may still write there."""
+        size, key = math.prod(shape), (name, np.dtype(dtype).str)
+        buffer = self._scratch_arrays.get(key)
+        if buffer is None or buffer.size < size:
+            if buffer is not None:
+                self._retired.append(buffer)
+            buffer = self._scratch_arrays[key] = self.xp.empty(size, dtype=dtype)
+        return buffer[:size].reshape(shape)
 
     def _whole(self, what: str) -> None:
         t, n = self.truncation, self.grid.N
@@ -430,14 +450,23 @@ def _real(a: Any) -> Any:
     return a.view(np.float64)
 
 
-def _output(out: Any, shape: tuple[int, ...], what: str) -> Any:
-    """``out`` if it is a C-contiguous complex128 array of ``shape``, else FieldError."""
-    if tuple(out.shape) != shape or out.dtype != np.complex128 or not out.flags.c_contiguous:
+def _output(out: Any, shape: tuple[int, ...], what: str, dtype: Any = np.complex128) -> Any:
+    """``out`` if it is a C-contiguous array of ``shape`` and ``dtype``, else FieldError."""
+    if tuple(out.shape) != shape or out.dtype != np.dtype(dtype) or not out.flags.c_contiguous:
         raise FieldError(
             f"{what}: out has shape {tuple(out.shape)} and dtype {out.dtype}, expected a C-contiguous {shape} "
-            "complex128 array"
+            f"{np.dtype(dtype)} array"
         )
     return out
+
+
+def _values_layout(layout: tuple[int, int] | None, points: int) -> tuple[int, int]:
+    """(first point, points per field) of the grid-value arrays of a Fourier half over ``points`` points."""
+    if layout is None:
+        return 0, points
+    first = whole_number(layout[0], "values_layout[0]", least=0, meaning="the first point of these rows")
+    total = whole_number(layout[1], "values_layout[1]", least=first + points, meaning="points per field")
+    return first, total
 
 
 def check_truncation(truncation: Any, grid: OctahedralGrid) -> int:
