@@ -205,3 +205,17 @@ def test_field_aligned_layout_packs_a_fields_boxes_back_to_back():
     assert [s.offset for s in by_segment.sends[0].segments] == [0, 16, 32, 48]
     with pytest.raises(ValueError, match="align"):
         Layout.build(pattern, specs, align="none")
+
+
+def test_staged_chunks_cover_each_message_in_order():
+    """The staged transport's chunks of a message: back to back from its offset, none larger than the chunk size,
+    together exactly its bytes; none for an empty message."""
+    import itertools
+
+    from gridcomm.transports.staged import chunks
+
+    assert chunks(100, 0, 64) == []
+    assert chunks(16, 64, 64) == [(16, 64)]
+    got = chunks(32, 1000, 96)
+    assert got[0][0] == 32 and all(n <= 96 for _, n in got) and sum(n for _, n in got) == 1000
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(got))

@@ -16,7 +16,7 @@ import numpy as np
 
 import gridcomm
 import gridcomm.shmem
-from gridcomm.transports import IpcTransport, MpiTransport
+from gridcomm.transports import IpcTransport, MpiTransport, StagedTransport
 
 # GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
 # tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
@@ -41,6 +41,8 @@ BOX_TRANSPORTS: dict[str, Any] = {}
 if ON_GPU:
     BOX_TRANSPORTS["ipc/copy-engine"] = IpcTransport(method="copy-engine")
     TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
+    # Messages of more than one chunk (the suites' are smaller than a default chunk): the pipelined path.
+    TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)
     if gridcomm.comm.mpi_cuda_aware():
         TRANSPORTS["mpi"] = "mpi"
     if gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem] installed
