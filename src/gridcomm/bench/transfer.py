@@ -11,7 +11,7 @@ sent per rank per second, and busbw (as nccl-tests) that times (n - 1) / n.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,9 +53,10 @@ def run_transfer(
     sizes: Sequence[int],
     transports: Mapping[str, str | Transport] | None = None,
     samples: int = 7,
+    progress: Callable[[int], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Collective: one row per message size, with every transport (``{label: name or Transport}``, default
-    ``variants(GPU_TRANSPORTS)``), NCCL and the ceilings [s per exchange]."""
+    ``variants(GPU_TRANSPORTS)``), NCCL and the ceilings [s per exchange]; ``progress(sizes done)`` after each."""
     import cupy
 
     transports = variants(GPU_TRANSPORTS) if transports is None else transports
@@ -87,6 +88,8 @@ def run_transfer(
             }
         )
         del source, destination
+        if progress is not None:
+            progress(len(rows))
     buffers.close()
     return rows
 

@@ -34,7 +34,8 @@ def report(
 ) -> None:
     """Run the benchmarks that fit this machine (CPU only, 1 GPU, several GPUs) and write report.md,
     report.html, the plots, the raw JSON, the log and the run record into one folder. Every figure stands
-    beside its ceiling, its peers measured in the same run and the seeds' published figures. Exits 1 when a
+    beside its ceiling, its peers measured in the same run and the published figures of the studies the dwarfs
+    come from (ESCAPE D3.4, NVIDIA's NVSHMEM case study: the seeds). Exits 1 when a
     benchmark failed (the report shows its output)."""
     from ..errors import ArgumentError
 

@@ -95,7 +95,7 @@ def run_suite(
     total = sum(i.estimate_s for i in invocations)
     done = 0.0
     with open(out / LOG, "a", encoding="utf-8") as log, progress(show) as bar:
-        task = bar.add_task("report", total=total)
+        task = bar.add_task("report", total=total, counted=False)  # total: seconds of estimate
         for k, invocation in enumerate(invocations, 1):
             bar.update(task, description=f"[{k}/{len(invocations)}] {invocation.key} (~{invocation.estimate_s:.0f} s)")
 
