@@ -376,3 +376,18 @@ def test_ranks_started_from_a_terminal_are_told_its_width(monkeypatch):
         monkeypatch.setattr(launch.sys, "stdout", SimpleNamespace(isatty=lambda tty=tty: tty))
         started.clear()
         assert launch.run_under_mpiexec(2, ["true"]) == 0 and started.get("COLUMNS") == columns
+
+
+def test_a_dwarf_run_in_this_process_exits_with_its_status(monkeypatch):
+    """`gridcomm run stencil2d --np 1` runs the dwarf here: its exit status 1 (a result unlike the serial run's)
+    came back as 0."""
+    import gridcomm.apps.stencil2d as stencil2d
+
+    differs = {
+        "global_shape": (8, 8), "proc_grid": (1, 1), "ranks": 1, "halo": 1, "steps": 1, "mode": "traditional",
+        "device": "cpu", "dtype": "float64", "transport": "none", "time_per_step_s": 1e-6,
+        "point_updates_per_s": 1.0, "bytes_per_step": 0, "checked": True, "max_abs_diff": 1.0, "bitwise_equal": False,
+    }  # fmt: skip
+    monkeypatch.setattr(stencil2d, "run_stencil2d", lambda *args, **kwargs: differs)
+    result = invoke("run", "stencil2d", "--np", "1", "--cpu", "--n", "8", "--steps", "1")
+    assert result.exit_code == 1 and "MISMATCH" in result.output, result.output

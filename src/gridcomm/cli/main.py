@@ -147,11 +147,9 @@ def run(
 
 
 def _run_app_here(command: list[str]) -> int:
-    try:
-        apps_app(command, prog_name="gridcomm run", standalone_mode=False)
-    except typer.Exit as done:
-        return done.exit_code
-    return 0
+    """Run the dwarf in this process; its exit status (click hands back a typer.Exit's code, not raises it)."""
+    code = apps_app(command, prog_name="gridcomm run", standalone_mode=False)
+    return code if isinstance(code, int) else 0
 
 
 def _abort_other_ranks() -> None:
@@ -197,10 +195,7 @@ def _say_command_line_error(error: Any) -> None:
 
         rich_utils.rich_format_error(error)
     elif ranks[0] == 0:
-        print(
-            f"gridcomm: error: rank 0: {error.format_message()}",
-            file=sys.stderr,
-        )
+        print(f"gridcomm: error: rank 0: {error.format_message()}", file=sys.stderr)
 
 
 def _rank_prefix() -> str:
