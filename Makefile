@@ -37,7 +37,7 @@ dist-check: $(BIN)/gridcomm
 	bash .ci/dist-check $(PYTHON)
 
 bench: $(BIN)/gridcomm
-	$(BIN)/gridcomm bench halo --np 2
+	$(BIN)/gridcomm bench halo --np 2 --out benchmarks/results
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import typer
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gridcomm import __version__
+from gridcomm.cli import common
+from gridcomm.cli.main import app
 
 pytestmark = pytest.mark.mpi
 
 
-def gridcomm(*args: str, timeout: float = 180) -> str:
-    """Run ``gridcomm ARGS`` as a fresh process outside any launcher; fail the test on a non-zero exit."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
-    env.update(GRIDCOMM_TIMEOUT="30", PYTHONUNBUFFERED="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gridcomm", *args], capture_output=True, text=True, env=env, timeout=timeout
+def run_gridcomm(*args: str, timeout: float = 180, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """``gridcomm ARGS`` run as a fresh process outside any launcher (in ``cwd``, with ``env`` added), stdout
+    and stderr apart."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_", "COLUMNS"))}
+    environ.update(GRIDCOMM_TIMEOUT="30", PYTHONUNBUFFERED="1", **env)
+    return subprocess.run(
+        [sys.executable, "-m", "gridcomm", *args], capture_output=True, text=True, env=environ, timeout=timeout, cwd=cwd
     )
+
+
+def gridcomm(*args: str, timeout: float = 180, cwd: Path | None = None) -> str:
+    """Run ``gridcomm ARGS`` as a fresh process outside any launcher; fail the test on a non-zero exit."""
+    proc = run_gridcomm(*args, timeout=timeout, cwd=cwd)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"gridcomm {' '.join(args)} exited {proc.returncode}:\n{out[-6000:]}"
     return out
@@ -27,7 +45,14 @@ def gridcomm(*args: str, timeout: float = 180) -> str:
 def test_info_names_the_transports_and_the_auto_choice():
     out = gridcomm("info")
     assert "MPI CUDA-aware" in out and "transports, host arrays" in out
-    assert "auto picks" in out and "(fastest first)" in out
+    # Measured where cma and mpi can both move host arrays here; the order of preference where only mpi can.
+    assert "auto picks" in out and ("measured on its own exchange" in out or "(fastest first)" in out)
+
+
+def test_info_gives_the_order_of_preference_where_auto_does_not_measure():
+    proc = run_gridcomm("info", GRIDCOMM_AUTO="order")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "auto picks" in proc.stdout and "(fastest first)" in proc.stdout
 
 
 def test_info_warns_of_ranks_bound_to_one_cpu():
@@ -43,8 +68,8 @@ def test_info_warns_of_ranks_bound_to_one_cpu():
 
 
 def test_demo_on_four_ranks_is_verified():
-    out = gridcomm("demo", "--np", "4")
-    assert "4 ranks on process grid" in out and out.rstrip().endswith("OK")
+    out = gridcomm("demo", "--np", "4", "--shape", "16,12,10")  # the comma form, as bench soak takes it
+    assert "grid (16, 12, 10) periodic" in out and "4 ranks on process grid" in out and out.rstrip().endswith("OK")
 
 
 def test_run_mpdata_starts_ranks_reports_and_plots(tmp_path):
@@ -58,6 +83,9 @@ def test_run_spectral_reports_the_round_trip_and_the_split():
     out = gridcomm("run", "spectral", "--grid", "O16", "--levels", "2", "--fields", "2", "--steps", "2", "--np", "3")
     assert "T = 15" in out and "3 rank(s)" in out and "round-trip error" in out
     assert "transposition" in out and "legendre" in out and out.rstrip().endswith("OK")
+    # One rank's split, which adds up to its step (each phase on its own slowest rank added up to 111 %).
+    shares = [int(x) for x in re.findall(r"ms \((\d+) %\)", out)]
+    assert len(shares) == 4 and sum(shares) == 100 and "adds up to its step" in out, out
 
 
 def gridcomm_fails(*args: str) -> str:
@@ -72,6 +100,22 @@ def gridcomm_fails(*args: str) -> str:
 
 def test_run_spectral_refuses_a_truncation_above_n_minus_1():
     assert "N - 1 = 15" in gridcomm_fails("run", "spectral", "--grid", "O16", "--truncation", "16", "--np", "1")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("stencil2d", "--mode", "bogus"), "mode='bogus' is unknown"),
+        (("stencil2d", "--mode", "graph", "--cpu"), "mode 'graph' captures the step"),  # the README's line, on a CPU
+        (("spectral", "--grid", "O16", "--truncation", "16"), "N - 1 = 15"),
+    ],
+)
+def test_a_dwarfs_bad_option_is_said_once_by_rank_0_without_a_traceback(args, said):
+    """Every rank read the same command line and printed the same error, without the rank its prefix promised."""
+    proc = run_gridcomm("run", *args, "--np", "2", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("gridcomm: error: ") == 1 and proc.stderr.count(said) == 1, proc.stderr
+    assert "gridcomm: error: rank 0: Invalid value for '--" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_run_mpdata_refuses_a_time_step_beyond_cfl():
@@ -99,8 +143,14 @@ def test_bench_stencil2d_and_halo_write_results(tmp_path):
     rows = json.loads(path.read_text())["results"]
     assert {(r["n"], r["mode"]) for r in rows} == {(n, m) for n in (16, 32) for m in ("traditional", "overlapped")}
     assert all(r["time_per_step_s"] > 0 and r["no_exchange_s"] > 0 for r in rows)
-    gridcomm("bench", "halo", "--np", "2", "--quick", "--out", str(tmp_path))
-    (halo,) = tmp_path.glob("halo-cpu-2r-*.json")
+    # Run from another directory without --out: the results go there (not into a benchmarks/results made there),
+    # it says where, and the progress comes as lines (no terminal here).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = gridcomm("bench", "halo", "--np", "2", "--quick", cwd=elsewhere)
+    (halo,) = elsewhere.glob("halo-cpu-2r-*.json")
+    assert [p.name for p in elsewhere.iterdir() if p.is_dir()] == [] and f"results: {halo.name}" in out
+    assert "halo exchange cases: 0/2" in out and "halo exchange cases: 2/2" in out
     payload = json.loads(halo.read_text())
     assert payload["machine"]["cpu"] and all(r["floor"]["median_s"] > 0 for r in payload["results"])
 
@@ -193,5 +243,158 @@ def test_run_help_shows_the_dwarfs_options_after_its_name():
     as run's own and showed run's help instead."""
     dwarf = gridcomm("run", "stencil2d", "--help")
     assert "Usage: gridcomm run stencil2d" in dwarf and "--steps" in dwarf and "--mode" in dwarf
+    assert "--np" in dwarf  # `gridcomm run DWARF --np N`: the option the dwarf's help left out
     own = gridcomm("run", "--help")
     assert "run [OPTIONS]" in own and "--np" in own and "--steps" not in own
+
+
+# -- in one process: help, options, output ---------------------------------------------------------------------
+
+COMMANDS = {}
+
+
+def _walk(command, path=()):
+    COMMANDS[path] = command
+    for name, sub in getattr(command, "commands", {}).items():
+        _walk(sub, (*path, name))
+
+
+_walk(typer.main.get_command(app))
+
+
+def invoke(*args: str, **env: str):
+    return CliRunner().invoke(app, list(args), env=env, prog_name="gridcomm")
+
+
+def test_version_and_short_help():
+    """`gridcomm --version` and `-h` were "No such option"."""
+    assert invoke("--version").output == f"gridcomm {__version__}\n"
+    assert invoke("-V").exit_code == 0
+    for args in ((), ("bench",), ("bench", "halo"), ("app", "mpdata")):
+        result = invoke(*args, "-h")
+        assert result.exit_code == 0 and "Usage: gridcomm" in result.output and "--help" in result.output, args
+
+
+@pytest.mark.parametrize("path", sorted(p for p in COMMANDS if p != ("run",)), ids=" ".join)
+def test_help_shows_no_type_beside_flags(path):
+    """rich showed `--help <bool>` (and `--fct --no-fct <bool>`): flags take no value."""
+    result = invoke(*path, "--help", COLUMNS="120")
+    assert result.exit_code == 0 and "<bool>" not in result.output, result.output
+
+
+@pytest.mark.parametrize("columns", [80, 95, 110])
+@pytest.mark.parametrize("group", [(), ("bench",), ("app",)], ids=lambda g: " ".join(g) or "gridcomm")
+def test_help_wraps_whole_sentences(group, columns):
+    """Each command's line in a group's help breaks only where the next word would not fit (rich kept the
+    docstrings' own line breaks: 'beside its floors measured in the same' / 'run: bare MPI ...')."""
+    lines = invoke(*group, "--help", COLUMNS=str(columns)).output.splitlines()
+    panel = lines[next(i for i, line in enumerate(lines) if "Commands" in line) + 1 :]
+    rows = [line[1:-1] for line in panel if line.startswith("│") and line.endswith("│")]
+    text = next(row.index(word) for row in rows[:1] for word in row.split()[1:2])  # where the help column starts
+    for line, following in itertools.pairwise(rows):
+        if following[:text].strip():  # the next command's first line
+            continue
+        room = len(line) - 1 - text  # rich keeps one column of padding on the right
+        assert len(line[text:].rstrip()) + 1 + len(following.split()[0]) > room, f"broken early:\n{line}\n{following}"
+
+
+@pytest.mark.parametrize("path", [p for p, c in COMMANDS.items() if any(q.name == "shape" for q in c.params)])
+def test_every_shape_option_takes_the_comma_form(path):
+    """`demo --shape 24,20,16` failed while `bench soak --shape` wanted exactly that form."""
+    (shape,) = [q for q in COMMANDS[path].params if q.name == "shape"]
+    assert shape.metavar == "X,Y,Z"
+
+    def parsed(text: str) -> tuple[int, ...]:
+        return tuple(COMMANDS[path].make_context(path[-1], ["--shape", text]).params["shape"])
+
+    assert parsed("24,20,16") == (24, 20, 16)
+    for bad in ("24 20 16", "24,20", "24,0,16", "a,b,c"):
+        with pytest.raises(Exception, match="comma-separated"):
+            parsed(bad)
+
+
+def test_every_dwarf_takes_np():
+    """`gridcomm run mpdata --np 4` is how a dwarf starts its ranks; its help did not list --np."""
+    for name in ("mpdata", "spectral", "stencil2d"):
+        result = invoke("run", name, "--help", COLUMNS="120")
+        assert result.exit_code == 0 and re.search(r"--np\s+<int>\s+Ranks to start", result.output), result.output
+
+
+def test_line_progress_where_the_output_is_no_terminal(capsys, monkeypatch):
+    """rich's bar draws nothing off a terminal: a report ran 53 s without a line; now one per part."""
+    monkeypatch.setattr(common._LineProgress.__init__, "__defaults__", (0.0,))  # a line on every update
+    with common.progress(True) as bar:
+        task = bar.add_task("cases", total=3)
+        bar.advance(task)
+        bar.update(task, description="cases, the last", completed=3)
+        other = bar.add_task("[1/2] halo (~3 s)", total=7.5, counted=False)
+        bar.update(other, completed=2.0)
+    said = capsys.readouterr().out.splitlines()
+    assert [re.sub(r" \(\d+ s\)$", "", line) for line in said] == [
+        "cases: 0/3", "cases: 1/3", "cases, the last: 3/3", "[1/2] halo (~3 s):", "[1/2] halo (~3 s):"
+    ]  # fmt: skip
+    with common.progress(False) as bar:  # the other ranks
+        bar.advance(bar.add_task("cases", total=3))
+    assert capsys.readouterr().out == ""
+
+
+@given(st.lists(st.floats(0, 1e3), min_size=1, max_size=8))
+def test_shares_add_up_to_100(values):
+    shares = common.percentages(values)
+    assert sum(shares) == (100 if sum(values) > 0 else 0)
+    assert all(abs(s - 100 * v / sum(values)) < 1 for s, v in zip(shares, values, strict=True) if sum(values) > 0)
+
+
+def test_the_spectral_split_is_one_ranks_and_adds_up_to_its_step():
+    """Each phase on its own slowest rank added up to 111 % of the step; the slowest rank's own split adds up."""
+    from gridcomm.apps.spectral.dwarf import _splits
+
+    ranks = [(2.0, {"legendre": 0.5, "fft": 1.0, "transposition": 0.4}), (3.0, {"legendre": 1.0, "fft": 0.5,
+             "transposition": 1.2})]  # fmt: skip
+    r = _splits(SimpleNamespace(allgather=lambda _: ranks), *ranks[0], steps=2)
+    assert r["slowest_rank"] == 1 and r["time_per_step_s"] == 1.5
+    own = {"legendre": 0.5, "fft": 0.25, "transposition": 0.6, "other": 0.15}
+    assert r["slowest_rank_split_s"] == pytest.approx(own)
+    assert sum(r["slowest_rank_split_s"].values()) == pytest.approx(r["time_per_step_s"])
+    assert r["split_s"] == {"legendre": 0.5, "fft": 0.5, "transposition": 0.6}  # each phase's own slowest rank
+
+
+def test_info_in_a_pipe_follows_columns_and_pads_no_line():
+    """`gridcomm info | cat` padded every line to 160 characters."""
+    piped = run_gridcomm("info", timeout=120)
+    assert piped.returncode == 0 and "transports, host arrays" in piped.stdout
+    assert not [line for line in piped.stdout.splitlines() if line.endswith(" ")], piped.stdout
+    narrow = run_gridcomm("info", timeout=120, COLUMNS="70")
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 70, narrow.stdout
+
+
+def test_ranks_started_from_a_terminal_are_told_its_width(monkeypatch):
+    """The ranks write into mpiexec's pipes, not the terminal: without COLUMNS their tables took 160 columns."""
+    from gridcomm import launch
+
+    started = {}
+    monkeypatch.setattr(launch, "mpiexec_command", lambda n, command: list(command))
+    monkeypatch.setattr(
+        launch.subprocess, "run", lambda args, env: started.update(env) or SimpleNamespace(returncode=0)
+    )
+    monkeypatch.setattr(launch.shutil, "get_terminal_size", lambda: os.terminal_size((93, 40)))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for tty, columns in ((True, "93"), (False, None)):
+        monkeypatch.setattr(launch.sys, "stdout", SimpleNamespace(isatty=lambda tty=tty: tty))
+        started.clear()
+        assert launch.run_under_mpiexec(2, ["true"]) == 0 and started.get("COLUMNS") == columns
+
+
+def test_a_dwarf_run_in_this_process_exits_with_its_status(monkeypatch):
+    """`gridcomm run stencil2d --np 1` runs the dwarf here: its exit status 1 (a result unlike the serial run's)
+    came back as 0."""
+    import gridcomm.apps.stencil2d as stencil2d
+
+    differs = {
+        "global_shape": (8, 8), "proc_grid": (1, 1), "ranks": 1, "halo": 1, "steps": 1, "mode": "traditional",
+        "device": "cpu", "dtype": "float64", "transport": "none", "time_per_step_s": 1e-6,
+        "point_updates_per_s": 1.0, "bytes_per_step": 0, "checked": True, "max_abs_diff": 1.0, "bitwise_equal": False,
+    }  # fmt: skip
+    monkeypatch.setattr(stencil2d, "run_stencil2d", lambda *args, **kwargs: differs)
+    result = invoke("run", "stencil2d", "--np", "1", "--cpu", "--n", "8", "--steps", "1")
+    assert result.exit_code == 1 and "MISMATCH" in result.output, result.output

@@ -4,6 +4,7 @@ builds the site with ``make docs``)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,98 @@ def test_public_api_is_in_the_reference(name: str) -> None:
     assert re.search(rf"^::: gridcomm\.{re.escape(name)}\s*$", text, re.MULTILINE), (
         f"gridcomm.{name} is in gridcomm.__all__ but not in docs/api/gridcomm.md"
     )
+
+
+README = ROOT / "README.md"
+
+# Runs each python block of the README given on the command line as a program of its own, on every rank, and
+# says on rank 0 which ran; blocks that import cupy run only where a GPU is.
+_SNIPPETS = """
+import json, sys
+import gridcomm
+from mpi4py import MPI
+
+blocks = json.loads(open(sys.argv[1]).read())
+for i, block in enumerate(blocks):
+    if "import cupy" in block and not gridcomm.gpu.gpu_count():
+        print(f"snippet {i}: skipped (no GPU)", flush=True)
+        continue
+    exec(compile(block, f"README.md, python block {i}", "exec"), {"__name__": "__main__"})
+    MPI.COMM_WORLD.Barrier()
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(f"snippet {i}: ran", flush=True)
+"""
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.mpi
+def test_the_readmes_python_snippets_run_as_written(tmp_path: Path) -> None:
+    """Every python block of the README, as written (its own imports, no prelude), on 2 ranks: a snippet that
+    names something it never defines (the unstructured one did) fails here."""
+    import json
+
+    from conftest import run_mpi
+
+    blocks = _python_blocks(README.read_text())
+    assert len(blocks) >= 4, f"found only {len(blocks)} python blocks in README.md"
+    (tmp_path / "blocks.json").write_text(json.dumps(blocks))
+    (tmp_path / "snippets.py").write_text(_SNIPPETS)
+    rc, out = run_mpi(2, [str(tmp_path / "snippets.py"), str(tmp_path / "blocks.json")], timeout=120)
+    assert rc == 0, out[-6000:]
+    for i, block in enumerate(blocks):
+        assert re.search(rf"snippet {i}: (ran|skipped)", out), f"block {i} never finished:\n{block}\n{out[-3000:]}"
+
+
+# What needs a GPU on a command line: these options and sub-commands.
+_GPU_ONLY = re.compile(r"(?<!\[)--gpu\b|--mode (graph|nvshmem|persistent)\b|\bbench (p2p|alltoall)\b")
+
+
+def test_the_readmes_gpu_only_command_lines_are_marked() -> None:
+    """The README's command list says "GPU only" beside each line that cannot run on a CPU (`--mode graph` was
+    a plain line, and failed on a CPU-only machine), and only beside those."""
+    block = README.read_text().split("## The command line", 1)[1].split("```")[1]
+    entries, current = [], ""
+    for line in block.splitlines():
+        if line.startswith("gridcomm "):
+            entries.append(current)
+            current = line
+        else:
+            current += " " + line.strip()
+    entries = [e for e in [*entries, current] if e]
+    assert len(entries) >= 10, entries
+    for entry in entries:
+        command, _, comment = entry.partition("#")
+        assert bool(_GPU_ONLY.search(command)) == ("GPU only" in comment), entry
+
+
+def _constants(path: Path) -> dict[str, Any]:
+    """The module-level constants (NAME = literal) of a Python file, read without importing it."""
+    import ast
+
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            with contextlib.suppress(ValueError):
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+    return found
+
+
+def test_examples_readme_states_the_tolerances_the_example_checks() -> None:
+    """examples/README.md said 1e-9 for the spectral example's round trip, which checks 1e-11."""
+    tolerances = _constants(ROOT / "examples" / "spectral_transform.py")
+    text = " ".join((ROOT / "examples" / "README.md").read_text().split())
+    assert f"within {tolerances['SERIAL_TOLERANCE']:g}" in text
+    assert f"round trip must come back within {tolerances['ROUND_TRIP_TOLERANCE']:g}" in text
+
+
+def test_concepts_names_every_transport() -> None:
+    """docs/concepts.md lists the names transport= takes; it left out nvshmem."""
+    from gridcomm import transports
+
+    text = " ".join((DOCS / "concepts.md").read_text().split())
+    listed = re.search(r"`gridcomm\.transports\.names\(\)`: ([^)]*)\)", text)
+    assert listed is not None, "docs/concepts.md no longer lists gridcomm.transports.names()"
+    assert re.findall(r"`(\w+)`", listed.group(1)) == transports.names()

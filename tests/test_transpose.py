@@ -3,7 +3,9 @@
 Each launch runs every check that accepts its world size: all-to-all(v)s with zero counts over every CPU
 transport, the rows -> columns slab transposition and back, blocks cut differently on each side, start/wait,
 repetition, two transposers in flight, the context manager and misuse, bad input (the right error on every
-rank), a silent peer (2 ranks) and, on 8 ranks, the hypothesis property against the serial reference.
+rank), a silent peer (2 ranks), the slab and pencil redistributions (Transposer.slabs / .pencils: arrays of
+the wrong shape and disagreeing ranks on 2 and 3 ranks; on 4, a hypothesis property over shapes, axes, grids and
+1-4 ranks against the serial transpose) and, on 8 ranks, the hypothesis property against the serial reference.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from .errors import (
 from .exchange import CapturedExchange, ExchangeHandle, HaloExchanger
 from .gpu import use_local_gpu
 from .pattern import Box, Pattern, PeerPlan, Rows
+from .slabs import pencil, slab
 from .transpose import Transposer
 
 __all__ = [
@@ -43,5 +44,7 @@ __all__ = [
     "UnstructuredDecomposition",
     "ValidationError",
     "__version__",
+    "pencil",
+    "slab",
     "use_local_gpu",
 ]

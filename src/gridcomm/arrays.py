@@ -7,6 +7,7 @@ NumPy or CuPy array, so the rest of gridcomm only ever sees those two.
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -167,3 +168,17 @@ def resolve_array_module(xp: Any, error: type[Exception] = ValueError) -> types.
     if not gpu_count():
         raise error("xp=cupy but no CUDA GPU is visible to this rank; run on the CPU (xp=numpy, --cpu)")
     return cupy
+
+
+def array_list(arrays: Any, what: str) -> list[Any]:
+    """``arrays`` (one array, or a list or tuple of arrays) as a list; FieldError naming the argument ``what``
+    for a generator or another iterator, which would otherwise be taken for one array ("field 0 is a
+    generator") and, once read, be empty on a second look."""
+    if isinstance(arrays, list | tuple):
+        return list(arrays)
+    if isinstance(arrays, Iterator):
+        raise FieldError(
+            f"{what} is a {type(arrays).__name__}, not an array or a list of arrays; pass a list or a tuple "
+            "(e.g. [a for ...] instead of (a for ...))"
+        )
+    return [arrays]

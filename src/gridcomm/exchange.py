@@ -15,7 +15,7 @@ from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
 
-from .arrays import array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
+from .arrays import array_list, array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
 from .comm import Communicator, check_on_timeout, check_timeout, gather_or_raise, give_up
 from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeout, PatternError, TransportError
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
@@ -565,7 +565,7 @@ class HaloExchanger(BoundExchange):
     def _field_list(fields: Any) -> list[Any]:
         """``fields`` (one array or a sequence of them) as a list, all on the host or all on the GPU; FieldError
         otherwise. Local."""
-        raw = list(fields) if isinstance(fields, list | tuple) else [fields]
+        raw = array_list(fields, "fields")
         if not raw:
             raise FieldError("fields is empty; pass at least one array to exchange")
         on_device_alike([(f"field {i}", f) for i, f in enumerate(raw)], "fields")

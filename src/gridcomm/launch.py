@@ -20,6 +20,22 @@ def under_launcher() -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARIABLES)
 
 
+# Where each launcher puts this process's rank and the job's size.
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def launcher_rank() -> tuple[int, int] | None:
+    """(rank, ranks) as the launcher that started this process tells them, without initialising MPI; None
+    outside a launcher (or where it tells neither)."""
+
+    def first(names: Sequence[str]) -> int | None:
+        return next((int(os.environ[n]) for n in names if os.environ.get(n, "").isdigit()), None)
+
+    rank, size = first(_RANK_VARIABLES), first(_SIZE_VARIABLES)
+    return None if rank is None or size is None else (rank, size)
+
+
 def find_mpiexec() -> str:
     """The mpiexec that matches mpi4py's MPI: ``GRIDCOMM_MPIEXEC`` when set (the user's choice wins), then the
     one beside this Python (the venv's, from the ``mpich`` wheel), then mpiexec or mpirun on PATH."""
@@ -93,7 +109,10 @@ def rank_environment(nprocs: int, environ: dict[str, str] | None = None) -> dict
 def run_under_mpiexec(nprocs: int, command: Sequence[str]) -> int:
     """Run ``command`` on ``nprocs`` ranks, streaming its output; returns its exit status."""
     args = mpiexec_command(nprocs, with_abort_on_error(command))
-    return subprocess.run(args, env=rank_environment(nprocs)).returncode
+    env = rank_environment(nprocs)
+    if sys.stdout.isatty() and "COLUMNS" not in env:  # the ranks write into mpiexec's pipes: tell them its width
+        env["COLUMNS"] = str(shutil.get_terminal_size().columns)
+    return subprocess.run(args, env=env).returncode
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float) -> None:

@@ -10,15 +10,15 @@ the rank's own block copied source to destination while the messages are in flig
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .arrays import as_array, check_dtype, check_writable, cupy_or_none, memory_order
+from .arrays import array_list, as_array, check_dtype, check_writable, cupy_or_none, memory_order
 from .comm import Communicator
-from .errors import FieldError, PatternError
+from .errors import FieldError, GridcommError, PatternError
 from .exchange import (
     BoundExchange,
     _compatible_orders,
@@ -30,6 +30,7 @@ from .exchange import (
 )
 from .packing import FieldSpec, Layout, run_grid
 from .pattern import Box, Pattern, PeerPlan
+from .slabs import Redistribution, redistribution
 from .transports import Transport, choose, requested
 
 Blocks = Mapping[int, Box | Sequence[Box]]
@@ -133,8 +134,15 @@ def _first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
     return None
 
 
-def _as_list(arrays: Any) -> list[Any]:
-    return list(arrays) if isinstance(arrays, list | tuple) else [arrays]
+def _check_block_shapes(arrays: list[Any], what: str, block: Box, how: str, rank: int) -> None:
+    """FieldError unless every array of ``arrays`` has the shape of ``block`` (its global box, from ``how``)."""
+    for i, a in enumerate(arrays):
+        shape = getattr(a, "shape", None)  # not an array at all: the constructor says so on every rank
+        if shape is not None and tuple(shape) != block.shape:
+            raise FieldError(
+                f"{what} {i} has shape {tuple(shape)} on rank {rank}, but its block of the global array is "
+                f"{block.shape} (global indices {block.start} to {block.stop}); allocate it with the shape of {how}"
+            )
 
 
 class Transposer(BoundExchange):
@@ -144,6 +152,11 @@ class Transposer(BoundExchange):
     ``wait()`` with work in between. Every field travels in one message per peer; a rank's block to itself
     is copied source box to destination box. Construction checks the plan on every rank and raises on every
     rank if any rank finds a problem (bad boxes, sizes that disagree between two ranks, mismatched fields).
+
+    Box coordinates are indices of this rank's local arrays (``source[box.slices]``), not of a global array:
+    a rank holding rows 8..15 of a global array sends its first row as ``Box((0, 0), (1, n))``. For the
+    redistributions of a distributed FFT, ``Transposer.slabs`` and ``Transposer.pencils`` compute every box
+    from the global shape and the split axes; ``from_counts`` takes MPI_Alltoallv's counts.
 
     Args:
         comm: an mpi4py communicator, a ``Communicator``, or None for COMM_WORLD.
@@ -194,8 +207,8 @@ class Transposer(BoundExchange):
         self.comm = Communicator.wrap(comm)
         self.comm.rendezvous("Transposer()")
         self._plan = (send, recv)
-        raw_sources, raw_destinations = _as_list(sources), _as_list(destinations)
         try:
+            raw_sources, raw_destinations = array_list(sources, "sources"), array_list(destinations, "destinations")
             on_device = self._check_arguments(raw_sources, raw_destinations, (timeout, on_timeout, validate))
             asked, problem = (requested(transport), on_device), None
         except Exception as error:  # every rank must hear of it, or the others would wait for this one
@@ -252,6 +265,104 @@ class Transposer(BoundExchange):
             on_timeout=on_timeout,
             validate=validate,
         )
+
+    @classmethod
+    def slabs(
+        cls,
+        comm: Any,
+        global_shape: Sequence[int],
+        from_axis: int,
+        to_axis: int,
+        sources: Any,
+        destinations: Any,
+        transport: str | Transport = "auto",
+        *,
+        timeout: float | None = None,
+        on_timeout: str | None = None,
+        validate: bool | None = None,
+    ) -> Transposer:
+        """The slab redistribution of a distributed FFT: a global array of ``global_shape`` split along
+        ``from_axis`` over the ranks becomes the same array split along ``to_axis``. ``sources`` are this rank's
+        slabs before (shape ``gridcomm.slab(global_shape, from_axis, rank, size).shape``), ``destinations``
+        after (``gridcomm.slab(global_shape, to_axis, rank, size).shape``); every axis is split as
+        CartesianDecomposition splits it (uneven sizes are fine; a rank's slab may be empty). Collective; the
+        other arguments are as for the constructor, and every rank must pass the same shape and axes."""
+
+        def plan(rank: int, size: int) -> Redistribution:
+            return redistribution(global_shape, [from_axis], [to_axis], rank, size, names=("from_axis", "to_axis"))
+
+        how = tuple(f"gridcomm.slab(global_shape, {axis}, rank, size)" for axis in ("from_axis", "to_axis"))
+        return cls._redistributing(comm, plan, how, sources, destinations, transport, (timeout, on_timeout, validate))
+
+    @classmethod
+    def pencils(
+        cls,
+        comm: Any,
+        global_shape: Sequence[int],
+        from_axes: Sequence[int],
+        to_axes: Sequence[int],
+        sources: Any,
+        destinations: Any,
+        transport: str | Transport = "auto",
+        *,
+        proc_grid: Sequence[int] | None = None,
+        timeout: float | None = None,
+        on_timeout: str | None = None,
+        validate: bool | None = None,
+    ) -> Transposer:
+        """The pencil redistribution of a distributed FFT: a global array of ``global_shape`` whose axes
+        ``from_axes`` are split over the process grid ``proc_grid`` (ranks per split axis, C order; None: the
+        most balanced, ``gridcomm.slabs.balanced_grid``) becomes the same array split along ``to_axes``:
+        grid dimension k splits from_axes[k], then to_axes[k], so only the ranks of one grid row or column
+        exchange. E.g. a 3-D array split along (0, 1) becomes split along (0, 2): its last axis, whole before,
+        is split and axis 1 made whole. Sources have the shape ``gridcomm.pencil(global_shape, from_axes,
+        rank, size, proc_grid).shape``, destinations that of ``to_axes``. Collective; the other arguments are as
+        for the constructor, and every rank must pass the same shape, axes and grid."""
+
+        def plan(rank: int, size: int) -> Redistribution:
+            return redistribution(global_shape, from_axes, to_axes, rank, size, proc_grid)
+
+        how = tuple(
+            f"gridcomm.pencil(global_shape, {axes}, rank, size, proc_grid)" for axes in ("from_axes", "to_axes")
+        )
+        return cls._redistributing(comm, plan, how, sources, destinations, transport, (timeout, on_timeout, validate))
+
+    @classmethod
+    def _redistributing(
+        cls,
+        comm: Any,
+        plan: Callable[[int, int], Redistribution],
+        how: tuple[str, ...],
+        sources: Any,
+        destinations: Any,
+        transport: str | Transport,
+        options: tuple[Any, Any, Any],
+    ) -> Transposer:
+        """Collective: the Transposer of ``plan`` (this rank's part, from its rank and the rank count), after
+        every rank has checked the plan's arguments, that they pass the same ones, and that the arrays have the
+        shapes of their blocks (larger arrays would hold the boxes, and give wrong results silently); ``how``
+        names the call that gives the sources' and the destinations' blocks."""
+        comm = Communicator.wrap(comm)
+        try:
+            mine = plan(comm.rank, comm.size)
+            _check_block_shapes(array_list(sources, "sources"), "source", mine.source, how[0], comm.rank)
+            _check_block_shapes(
+                array_list(destinations, "destinations"), "destination", mine.destination, how[1], comm.rank
+            )
+            signature, problem = mine.signature, None
+        except GridcommError as error:
+            signature, problem = None, error
+        signatures = gather_or_raise(comm.mpi, signature, problem, "arguments")
+        if len(set(signatures)) > 1:
+            raise PatternError(
+                f"ranks pass different global shapes, axes or process grids ({dict(enumerate(signatures))}); pass "
+                "the same on every rank"
+            )
+        timeout, on_timeout, validate = options
+        return cls(
+            comm, mine.send, mine.recv, sources, destinations, transport,
+            timeout=timeout, on_timeout=on_timeout, validate=validate,
+        )  # fmt: skip
 
     # -- construction -----------------------------------------------------------------------------------
 

@@ -667,3 +667,123 @@ def check_random_alltoallv_match_serial_reference(comm):
         derandomize=DERANDOMIZE,
         tally={"with a zero count": lambda c: any(0 in row for row in c.counts), "split": lambda c: c.api == "boxes"},
     )
+
+
+# -- slabs and pencils: the global array split along some axes, then along others ------------------------------
+
+SLAB_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_SLAB_EXAMPLES", "100"))
+
+
+@dataclass(frozen=True)
+class SlabCase:
+    nranks: int
+    shape: tuple[int, ...]
+    from_axes: tuple[int, ...]
+    to_axes: tuple[int, ...]
+    proc_grid: tuple[int, ...]
+    give_grid: bool  # pass proc_grid (pencils), or leave it to gridcomm (slabs: one axis, all the ranks)
+    fields: tuple[tuple[str, str], ...]  # (dtype, order)
+    transport: str
+    seed: int
+
+
+def grids(n: int, dims: int) -> list[tuple[int, ...]]:
+    """Every process grid of ``dims`` dimensions with ``n`` ranks (written here, not taken from gridcomm)."""
+    if dims == 1:
+        return [(n,)]
+    return [(p, *rest) for p in range(1, n + 1) if n % p == 0 for rest in grids(n // p, dims - 1)]
+
+
+@st.composite
+def slab_cases(draw, world_size: int) -> SlabCase:
+    n = draw(st.integers(1, min(world_size, 4)))
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 6)) for _ in range(ndim))  # fewer points than ranks too: empty blocks
+    split = draw(st.integers(1, min(2, ndim)))
+    from_axes = tuple(draw(st.permutations(range(ndim)))[:split])
+    to_axes = tuple(draw(st.permutations(range(ndim)))[:split])
+    nfields = draw(st.integers(1, 2))
+    return SlabCase(
+        nranks=n,
+        shape=shape,
+        from_axes=from_axes,
+        to_axes=to_axes,
+        proc_grid=draw(st.sampled_from(grids(n, split))),
+        give_grid=split > 1 or draw(st.booleans()),
+        fields=tuple((draw(st.sampled_from(DTYPES)), draw(st.sampled_from("CF"))) for _ in range(nfields)),
+        transport=draw(st.sampled_from(sorted(TRANSPORTS))),
+        seed=draw(st.integers(0, 2**31)),
+    )
+
+
+def reference_block(shape, axes, grid, rank) -> tuple[slice, ...]:
+    """The global slices ``rank`` holds (coordinates in C order over ``grid``), from harness.block_partition."""
+    coords = np.unravel_index(rank, grid)
+    index = [slice(0, n) for n in shape]
+    for axis, parts, c in zip(axes, grid, coords, strict=True):
+        start, stop = block_partition(shape[axis], parts)[int(c)]
+        index[axis] = slice(start, stop)
+    return tuple(index)
+
+
+def run_slab_case(sub, case: SlabCase) -> list[str]:
+    rank = sub.Get_rank()
+    globals_ = [random_global(case.shape, dt, case.seed + i) for i, (dt, _) in enumerate(case.fields)]
+    before = reference_block(case.shape, case.from_axes, case.proc_grid, rank)
+    after = reference_block(case.shape, case.to_axes, case.proc_grid, rank)
+    sources = [np.asarray(g[before], order=o) for g, (_, o) in zip(globals_, case.fields, strict=True)]
+    destinations = [sentinel(g[after].shape, g.dtype, o) for g, (_, o) in zip(globals_, case.fields, strict=True)]
+    transport = TRANSPORTS[case.transport]
+    if len(case.from_axes) == 1 and not case.give_grid:
+        t = Transposer.slabs(sub, case.shape, case.from_axes[0], case.to_axes[0], sources, destinations, transport)
+    else:
+        t = Transposer.pencils(
+            sub, case.shape, case.from_axes, case.to_axes, sources, destinations, transport, proc_grid=case.proc_grid
+        )
+    with t:
+        t.exchange()
+    problems = []
+    for i, (g, d) in enumerate(zip(globals_, destinations, strict=True)):
+        if q := mismatch(d, raw(np.ascontiguousarray(g[after]))):
+            problems.append(f"field {i} ({d.dtype}, {case.fields[i][1]}): {q}")
+    return problems
+
+
+@ranks(only=[4])
+def check_slabs_and_pencils_match_the_serial_transpose(comm):
+    """Hypothesis: a random global array of 1-3 axes (1-6 points each, so blocks may be empty) split along one
+    axis (Transposer.slabs) or two (Transposer.pencils, any process grid) on 1-4 ranks, redistributed to
+    another split over any CPU transport, C and F fields: each rank's destination equals the global array's
+    block bit for bit (blocks computed here, as harness.block_partition cuts them)."""
+    run_property(
+        comm,
+        slab_cases(comm.Get_size()),
+        run_slab_case,
+        SLAB_EXAMPLES,
+        derandomize=DERANDOMIZE,
+        tally={"pencils": lambda c: len(c.from_axes) > 1, "an empty block": lambda c: min(c.shape) < c.nranks},
+    )
+
+
+@ranks(minimum=2, maximum=3)
+def check_slabs_refuse_arrays_of_the_wrong_shape_and_disagreeing_ranks(comm):
+    """A source larger than its slab (its boxes would fit: a silent wrong result) and ranks passing different
+    global shapes raise on every rank, naming the shape to allocate or the disagreement."""
+    import gridcomm
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    shape = (5, 4)
+    dst = np.zeros(gridcomm.slab(shape, 1, rank, size).shape)
+    big = np.zeros((5, 4))  # the whole array on every rank, not its slab
+    assert_raises_everywhere(
+        comm, lambda: Transposer.slabs(comm, shape, 0, 1, big, dst), FieldError, "slab(global_shape, from_axis"
+    )
+    own = (5 + rank, 4)  # every rank its own idea of the global shape, and arrays that fit it
+    src = np.zeros(gridcomm.slab(own, 0, rank, size).shape)
+    mine = np.zeros(gridcomm.slab(own, 1, rank, size).shape)
+    assert_raises_everywhere(
+        comm, lambda: Transposer.slabs(comm, own, 0, 1, src, mine), PatternError, "different global shapes"
+    )
+    assert_raises_everywhere(
+        comm, lambda: Transposer.slabs(comm, shape, 0, 2, src, dst), GridcommError, "to_axis=2", "2-D array"
+    )

@@ -11,6 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: What "seed" means wherever gridcomm says it (the reports, the tables of result files).
+SEEDS_DEFINED = (
+    "The seeds are the publications gridcomm's dwarfs and benchmarks come from, whose published figures the "
+    "measured ones stand beside: seed 000, ESCAPE deliverable D3.4 (the MPDATA and spectral-transform dwarfs on "
+    "V100 GPUs), and seed 004, NVIDIA's NVSHMEM case study of a 2-D stencil."
+)
+
 SEED_000 = (
     "seed 000, ESCAPE deliverable D3.4, 'Performance report and "
     "optimized implementations of Weather & Climate dwarfs on multi-node systems' (30/05/2018)"

@@ -11,7 +11,7 @@ sent per rank per second, and busbw (as nccl-tests) that times (n - 1) / n.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,10 +68,11 @@ def run_transfer(
     sizes: Sequence[int],
     transports: Mapping[str, str | Transport] | None = None,
     samples: int = 7,
+    progress: Callable[[int], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Collective: one row per message size, with every transport (``{label: name or Transport}``, default
-    ``variants(GPU_TRANSPORTS)``), NCCL's own calls and the ceilings [s per exchange]; and what the rows share
-    (the NVLink nominal rate, why a peer is missing)."""
+    ``variants(GPU_TRANSPORTS)``), NCCL's own calls and the ceilings [s per exchange], ``progress(sizes done)``
+    after each; and what the rows share (the NVLink nominal rate, why a peer is missing)."""
     import cupy
 
     transports = variants(GPU_TRANSPORTS) if transports is None else transports
@@ -117,6 +118,8 @@ def run_transfer(
             }
         )
         del source, destination
+        if progress is not None:
+            progress(len(rows))
     buffers.close()
     return rows, shared
 

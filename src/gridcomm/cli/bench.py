@@ -2,22 +2,70 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .common import NpOption, console, int_list, name_list, progress, ranks_or_relaunch, table
-
-bench_app = typer.Typer(
-    no_args_is_help=True, help="Benchmarks: each figure beside its floor, measured in the same run."
+from .common import (
+    NpOption,
+    OutOption,
+    Sizes,
+    Typer,
+    console,
+    int_list,
+    name_list,
+    progress,
+    ranks_or_relaunch,
+    say_written,
+    sizes_option,
+    table,
 )
 
-OutOption = Annotated[Path, typer.Option(help="Folder for the JSON results and PNG plot.")]
+bench_app = Typer(no_args_is_help=True, help="Benchmarks: each figure beside its floor, measured in the same run.")
+
+#: Where results go unless --out says: the current directory (not a folder of the checkout, which a user running
+#: a benchmark elsewhere did not ask for).
+HERE = Path(".")
 SamplesOption = Annotated[int, typer.Option(help="Timed samples per figure (median reported).")]
-
-
 GpuOption = Annotated[bool, typer.Option("--gpu/--cpu", help="Fields on the GPUs (one per rank) or on the host.")]
+
+
+@contextlib.contextmanager
+def bench_ranks(nprocs: int, gpu: bool) -> Iterator[Any]:
+    """The ranks of a benchmark: ``nprocs`` of them started here unless under a launcher, one Communicator over
+    them (closed at the end), each rank on a GPU of its own with ``gpu``."""
+    ranks_or_relaunch(nprocs)
+    from ..comm import Communicator
+
+    comm = Communicator()
+    if gpu:
+        from ..gpu import use_local_gpu
+
+        use_local_gpu(comm)
+    yield comm
+    comm.close()  # not after an error: the other ranks may not get here, and closing is collective
+
+
+def save(
+    out: Path,
+    kind: str,
+    machine: dict[str, Any],
+    config: dict[str, Any],
+    rows: list[dict[str, Any]],
+    plot: Callable[[dict[str, Any], Path], Path] | None = None,
+    payload: dict[str, Any] | None = None,
+) -> tuple[Path, Path | None]:
+    """Write a benchmark's JSON into ``out`` and, with ``plot``, its PNG beside it (``plot`` reads the machine,
+    the results and what ``payload`` adds); their paths, for ``say_written``."""
+    from ..bench.results import write_results
+
+    path = write_results(out, kind, machine, config, rows)
+    if plot is None:
+        return path, None
+    return path, plot({"machine": machine, "results": rows, **(payload or {})}, path.with_suffix(".png"))
 
 
 def _gpu_transports(comm: Any) -> list[str]:
@@ -38,26 +86,28 @@ def bench_halo(
     halo: Annotated[int, typer.Option(help="Halo width in both horizontal dimensions.")] = 3,
     samples: SamplesOption = 7,
     quick: Annotated[bool, typer.Option(help="Two sizes, one field count, 3 samples: a smoke run.")] = False,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Time per halo exchange against message size and field count, beside its floors measured in the same
     run: bare MPI on the host; NCCL's own send/recv, the peer-copy and HBM ceilings on the GPU."""
-    ranks_or_relaunch(nprocs)
-    from ..bench.halo import cases, run_case, run_gpu_case
-    from ..bench.machine import machine_info
-    from ..bench.results import plot_halo, plot_halo_gpu, write_results
-    from ..comm import Communicator
-
     default_sizes = "16,32,64,128,256,512,1024" if gpu else "8,16,32,64,128"
     size_list = [8, 32] if quick else int_list(sizes or default_sizes, "--sizes")
     field_list = [2] if quick else int_list(fields, "--fields")
     samples = 3 if quick else samples
-    comm = Communicator()
+    with bench_ranks(nprocs, gpu) as comm:
+        _bench_halo(comm, gpu, size_list, field_list, levels, halo, samples, out)
+
+
+def _bench_halo(
+    comm: Any, gpu: bool, size_list: list[int], field_list: list[int], levels: int, halo: int, samples: int, out: Path
+) -> None:
+    from ..bench.halo import cases, run_case, run_gpu_case
+    from ..bench.machine import machine_info
+    from ..bench.results import plot_halo, plot_halo_gpu
+
     if gpu:
         from ..bench.ceilings import hbm_copy_gbps
-        from ..gpu import use_local_gpu
 
-        use_local_gpu(comm)
         names, hbm = _gpu_transports(comm), hbm_copy_gbps(comm)
 
         def run(case: Any) -> dict[str, Any]:
@@ -84,12 +134,9 @@ def bench_halo(
             "samples": samples,
             "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil",
         }
-        path = write_results(out, "halo", machine, config, rows)
-        payload = {"machine": machine, "results": rows}
-        png = (plot_halo_gpu if gpu else plot_halo)(payload, path.with_suffix(".png"))
+        path, png = save(out, "halo", machine, config, rows, plot_halo_gpu if gpu else plot_halo)
         console.print(_halo_gpu_table(rows) if gpu else _halo_table(rows))
-        console.print(f"results: {path}\nplot:    {png}")
-    comm.close()
+        say_written(path, png)
 
 
 def _halo_table(rows: list[dict[str, Any]]) -> Any:
@@ -142,7 +189,7 @@ def bench_p2p(
     smallest: Annotated[int, typer.Option(help="Smallest message (bytes).")] = 8,
     largest: Annotated[int, typer.Option(help="Largest message (bytes).")] = 256 << 20,
     samples: SamplesOption = 7,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Latency and bandwidth of each GPU transport between 2 GPUs, beside NCCL and the peer-copy ceiling."""
     _bench_transfer("p2p", nprocs, smallest, largest, samples, out, exact_ranks=2)
@@ -154,7 +201,7 @@ def bench_alltoall(
     smallest: Annotated[int, typer.Option(help="Smallest block per peer (bytes).")] = 8,
     largest: Annotated[int, typer.Option(help="Largest block per peer (bytes).")] = 256 << 20,
     samples: SamplesOption = 7,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """All-to-all of equal blocks between the GPUs of every rank, per transport, beside NCCL and the ceiling."""
     _bench_transfer("alltoall", nprocs, smallest, largest, samples, out, exact_ranks=None)
@@ -163,30 +210,36 @@ def bench_alltoall(
 def _bench_transfer(
     kind: str, nprocs: int, smallest: int, largest: int, samples: int, out: Path, exact_ranks: int | None
 ) -> None:
-    ranks_or_relaunch(nprocs)
-    from ..bench.machine import machine_info
-    from ..bench.results import bytes_text, plot_transfer, write_results
-    from ..bench.transfer import run_transfer, sizes_between, variants
-    from ..comm import Communicator
-    from ..gpu import use_local_gpu
+    from ..launch import launcher_rank, under_launcher
 
-    comm = Communicator()
-    if exact_ranks is not None and comm.size != exact_ranks:
-        raise typer.BadParameter(
-            f"bench {kind} runs on exactly {exact_ranks} ranks (--np {exact_ranks}), not {comm.size}"
-        )
-    use_local_gpu(comm)
+    def check(ranks: int | None) -> None:
+        if exact_ranks is not None and ranks is not None and ranks != exact_ranks:
+            raise typer.BadParameter(
+                f"bench {kind} runs on exactly {exact_ranks} ranks, not {ranks}", param_hint="'--np'"
+            )
+
+    job = launcher_rank() if under_launcher() else (0, nprocs)
+    check(job and job[1])  # before any rank starts where the launcher tells the count: said once, by rank 0
+    with bench_ranks(nprocs, gpu=True) as comm:
+        check(comm.size)
+        _bench_transfer_on(comm, kind, smallest, largest, samples, out)
+
+
+def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, samples: int, out: Path) -> None:
+    from ..bench.machine import machine_info
+    from ..bench.results import bytes_text, plot_transfer
+    from ..bench.transfer import run_transfer, sizes_between, variants
+
     sizes = sizes_between(smallest, largest)
     with progress(comm.rank == 0) as bar:
-        task = bar.add_task(f"{kind}: {len(sizes)} sizes", total=None)
-        rows, shared = run_transfer(comm, sizes, variants(_gpu_transports(comm)), samples)
-        bar.update(task, completed=1, total=1)
+        task = bar.add_task(f"{kind}: message sizes", total=len(sizes))
+        rows, shared = run_transfer(
+            comm, sizes, variants(_gpu_transports(comm)), samples, lambda done: bar.update(task, completed=done)
+        )
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size)
         config = {"sizes": sizes, "samples": samples, "ranks": comm.size, **shared}
-        path = write_results(out, kind, machine, config, rows)
-        payload = {"machine": machine, "config": config, "results": rows, "benchmark": kind}
-        png = plot_transfer(payload, path.with_suffix(".png"))
+        path, png = save(out, kind, machine, config, rows, plot_transfer, {"benchmark": kind, "config": config})
         names = list(rows[0]["times"])
         body = [
             [bytes_text(r["bytes_per_peer"])]
@@ -208,8 +261,7 @@ def _bench_transfer(
         console.print(table(title, ["per peer", *names, "ceiling busbw", "best ÷ NCCL's best"], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
-        console.print(f"results: {path}\nplot:    {png}")
-    comm.close()
+        say_written(path, png)
 
 
 @bench_app.command("stencil2d")
@@ -228,26 +280,28 @@ def bench_stencil2d(
         ),
     ] = None,
     samples: SamplesOption = 7,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Time per 2-D Jacobi step for every block size and mode, beside the same step with no exchange and the
-    NVSHMEM seed's traditional and persistent-kernel figures; JSON and a PNG plot."""
-    ranks_or_relaunch(nprocs)
+    traditional and persistent-kernel figures of NVIDIA's NVSHMEM stencil case study; JSON and a PNG plot."""
     from ..apps.stencil2d.config import CPU_MODES
-    from ..bench.machine import machine_info
-    from ..bench.results import write_results
-    from ..bench.stencil2d import benchmark_config, benchmark_stencil2d, plot_stencil2d
-    from ..comm import Communicator
-    from ..gpu import gpu_count, use_local_gpu
+    from ..gpu import gpu_count
 
-    comm = Communicator()
     on_gpu = gpu_count() > 0 if gpu is None else gpu
-    if on_gpu:
-        use_local_gpu(comm)
     size_list = int_list(sizes, "--sizes")
     mode_list = name_list(modes, "--modes") if modes else None
     if mode_list is None and not on_gpu:
         mode_list = list(CPU_MODES)
+    with bench_ranks(nprocs, on_gpu) as comm:
+        _bench_stencil2d(comm, on_gpu, size_list, mode_list, transport, samples, out)
+
+
+def _bench_stencil2d(
+    comm: Any, on_gpu: bool, size_list: list[int], mode_list: list[str] | None, transport: str, samples: int, out: Path
+) -> None:
+    from ..bench.machine import machine_info
+    from ..bench.stencil2d import benchmark_config, benchmark_stencil2d, plot_stencil2d
+
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("stencil2d cases", total=None)
         rows = benchmark_stencil2d(
@@ -257,8 +311,7 @@ def bench_stencil2d(
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size if on_gpu else 0)
         config = benchmark_config(size_list, sorted({r["mode"] for r in rows}), "float64", transport, samples)
-        path = write_results(out, "stencil2d", machine, config, rows)
-        png = plot_stencil2d({"machine": machine, "config": config, "results": rows}, path.with_suffix(".png"))
+        path, png = save(out, "stencil2d", machine, config, rows, plot_stencil2d, {"config": config})
         body = [
             [
                 str(r["n"]),
@@ -272,11 +325,10 @@ def bench_stencil2d(
             ]
             for r in rows
         ]
-        columns = ["n", "mode", "step (µs)", "no exchange (µs)", "ratio", "seed trad. (µs)", "seed persistent (µs)",
+        columns = ["n", "mode", "step (µs)", "no exchange (µs)", "ratio", "NVSHMEM study trad. (µs)", "persistent (µs)",
                    "mJ/step"]  # fmt: skip
         console.print(table(f"2-D Jacobi step on {comm.size} rank(s), transport {transport}", columns, body))
-        console.print(f"results: {path}\nplot:    {png}")
-    comm.close()
+        say_written(path, png)
 
 
 @bench_app.command("mpdata")
@@ -292,33 +344,30 @@ def bench_mpdata(
     steps: Annotated[int, typer.Option(help="CPU: timed steps per case (median reported).")] = 20,
     gpu: GpuOption = False,
     transports: Annotated[
-        str, typer.Option(help="With --gpu: none (one rank), host (the seed's baseline), auto or gridcomm transports.")
+        str,
+        typer.Option(help="With --gpu: none (one rank), host (ESCAPE D3.4's baseline), auto or gridcomm transports."),
     ] = ",".join(("none", "ipc", "nccl", "staged", "host")),
     compare: Annotated[
         list[Path] | None, typer.Option("--with", help="With --gpu: earlier result files drawn beside this run.")
     ] = None,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Time per MPDATA step (diagonal flow, FCT). CPU: the share spent in its two halo exchanges. GPU: per
     transport, graphs where the transport allows, energy per step, the step over the no-exchange step, and
     each kernel's bandwidth beside the HBM copy bandwidth measured in the same run."""
-    ranks_or_relaunch(nprocs)
-    from ..comm import Communicator
-
-    comm = Communicator()
     grid_list = name_list(grids or ("O640,O1024,O1280" if gpu else "O24,O48,O96"), "--grids")
     level_list = int_list(levels or ("32" if gpu else "1,16"), "--levels")
-    if gpu:
-        _bench_mpdata_gpu(comm, grid_list, level_list, name_list(transports, "--transports"), compare or [], out)
-    else:
-        _bench_mpdata_cpu(comm, grid_list, level_list, steps, out)
-    comm.close()
+    transport_list = name_list(transports, "--transports")
+    with bench_ranks(nprocs, gpu) as comm:
+        if gpu:
+            _bench_mpdata_gpu(comm, grid_list, level_list, transport_list, compare or [], out)
+        else:
+            _bench_mpdata_cpu(comm, grid_list, level_list, steps, out)
 
 
 def _bench_mpdata_cpu(comm: Any, grid_list: list[str], level_list: list[int], steps: int, out: Path) -> None:
     from ..apps.mpdata import benchmark_mpdata
     from ..bench.machine import machine_info
-    from ..bench.results import write_results
 
     todo = [(g, n) for g in grid_list for n in level_list]
     rows = []
@@ -329,7 +378,7 @@ def _bench_mpdata_cpu(comm: Any, grid_list: list[str], level_list: list[int], st
             bar.advance(task)
     if comm.rank == 0:
         config = {"grids": grid_list, "levels": sorted(level_list), "steps": steps, "alpha": "pi/4"}
-        path = write_results(out, "mpdata", machine_info(comm.size), config, rows)
+        path, _ = save(out, "mpdata", machine_info(comm.size), config, rows)
         body = [
             [
                 r["grid"],
@@ -346,7 +395,7 @@ def _bench_mpdata_cpu(comm: Any, grid_list: list[str], level_list: list[int], st
         ]
         columns = ["grid", "nodes", "levels", "step (ms)", "min (ms)", "exchanges (ms)", "share", "Mupd/s", "halo"]
         console.print(table(f"MPDATA step on {comm.size} rank(s) (median, slowest rank)", columns, body))
-        console.print(f"results: {path}")
+        say_written(path)
 
 
 def _bench_mpdata_gpu(
@@ -358,12 +407,10 @@ def _bench_mpdata_gpu(
     from ..bench.machine import machine_info
     from ..bench.mpdata import benchmark_case, mark_overheads
     from ..bench.mpdata_plot import plot_mpdata
-    from ..bench.results import write_results
     from ..bench.seeds import SEED_MPDATA
-    from ..gpu import gpus_in_use, use_local_gpu
+    from ..gpu import gpus_in_use
     from ..grids.mesh import MedianDualMesh
 
-    use_local_gpu(comm)
     gpus = gpus_in_use(comm)
     if comm.size > 1 and "none" in transport_list:
         transport_list = [t for t in transport_list if t != "none"]  # halos must move on several ranks
@@ -387,7 +434,7 @@ def _bench_mpdata_gpu(
     machine = machine_info(comm.size, gpus_used=gpus)
     config = {"grids": grid_list, "levels": level_list, "transports": transport_list, "alpha": "pi/4", "fct": True,
               "seed": SEED_MPDATA}  # fmt: skip
-    path = write_results(out, "mpdata", machine, config, rows)
+    path, _ = save(out, "mpdata", machine, config, rows)
     payloads = [{"machine": machine, "config": config, "results": rows}]
     payloads += [json.loads(Path(p).read_text()) for p in compare]
     png = plot_mpdata(payloads, path.with_suffix(".png"))
@@ -425,7 +472,7 @@ def _bench_mpdata_gpu(
     console.print(table("MPDATA kernels, each timed alone", columns, body))
     seed = SEED_MPDATA
     console.print(
-        f"seed (one V100, its 1024 case, level count not stated): {seed['no_exchange_s'] * 1e3:.1f} ms without "
+        f"ESCAPE D3.4 (one V100, its 1024 case, level count not stated): {seed['no_exchange_s'] * 1e3:.1f} ms without "
         f"exchange, {seed['exchange_s'] * 1e3:.1f} ms with its GPU exchange, {seed['host_staged_s'] * 1e3:.1f} ms "
         f"host-staged; {seed['joules_per_step'][0]:g}-{seed['joules_per_step'][1]:g} J per step on 1-8 GPUs"
     )
@@ -468,43 +515,54 @@ def bench_spectral(
             "--peer/--no-peer", help="Time the same step by ducc0 on the node's CPUs, once per grid (needs ducc0)."
         ),
     ] = True,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Time per step of the spectral-transform dwarf and its split (Legendre, FFT, transposition), the
     Legendre rate beside a batched FP64 matrix product of the same shape and, with --gpu, the FFT phase's
     bandwidth beside the HBM copy bandwidth; beside the step, the same step by ducc0 on the CPUs of the node.
     All measured in the same run."""
-    ranks_or_relaunch(nprocs)
-    from ..bench.machine import machine_info
-    from ..bench.results import write_results
-    from ..bench.spectral import benchmark_spectral, ducc0_peer, plot_spectral, spectral_case
-    from ..comm import Communicator
-    from ..grids.octahedral import OctahedralGrid
-
-    comm = Communicator()
-    if gpu:
-        from ..gpu import use_local_gpu
-
-        use_local_gpu(comm)
     grid_list = name_list(grids, "--grids")
     transport_list = name_list(transports, "--transports")
+    options = {"levels": levels, "fields": fields, "steps": steps, "gpu": gpu, "fft_streams": fft_streams}
+    with bench_ranks(nprocs, gpu) as comm:
+        group_counts = int_list(pipeline, "--pipeline") if comm.size > 1 else [1]
+        _bench_spectral(comm, grid_list, transport_list, group_counts, options, graphs, peer, out)
+
+
+def _bench_spectral(
+    comm: Any,
+    grid_list: list[str],
+    transport_list: list[str],
+    group_counts: list[int],
+    options: dict[str, Any],
+    graphs: bool,
+    peer: bool,
+    out: Path,
+) -> None:
+    from ..bench.machine import machine_info
+    from ..bench.spectral import benchmark_spectral, ducc0_peer, plot_spectral, spectral_case
+    from ..grids.octahedral import OctahedralGrid
+
+    gpu, levels, fields = options["gpu"], options["levels"], options["fields"]
     if comm.size == 1 and len(transport_list) > 1:  # one rank transposes nothing: every transport is the same run
-        console.print(f"one rank has no transposition: one case per grid, not one per transport of {transports}")
+        console.print(
+            f"one rank has no transposition: one case per grid, not one per transport of {','.join(transport_list)}"
+        )
         transport_list = transport_list[:1]
-    group_counts = int_list(pipeline, "--pipeline") if comm.size > 1 else [1]
     cases = [(t, k) for t in transport_list for k in group_counts]
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list) * len(cases))
         for grid in grid_list:
             octahedral = OctahedralGrid(grid)
+            bar.update(task, description=f"spectral {grid}: the ducc0 peer" if peer else f"spectral {grid}")
             peer_timing = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
-            for transport, groups in cases:  # the seed's Figure 4: the same step over each transport
-                options = {"levels": levels, "fields": fields, "steps": steps, "transport": transport}
+            for transport, groups in cases:  # ESCAPE D3.4's Figure 4: one step, each transport
+                bar.update(task, description=f"spectral {grid}, transport {transport}, {groups} group(s)")
                 rows.append(
                     benchmark_spectral(
-                        comm, grid, **options, gpu=gpu, graphs=gpu and graphs, fft_streams=fft_streams,
-                        pipeline=groups, peer=peer_timing,
+                        comm, grid, **options, transport=transport, graphs=gpu and graphs, pipeline=groups,
+                        peer=peer_timing,
                     )
                 )  # fmt: skip
                 bar.advance(task)
@@ -514,16 +572,15 @@ def bench_spectral(
             "grids": grid_list,
             "levels": levels,
             "fields": fields,
-            "steps": steps,
+            "steps": options["steps"],
             "transports": transport_list,
             "pipeline": group_counts,
             "gpu": gpu,
             "graphs": gpu and graphs,
-            "fft_streams": fft_streams,
+            "fft_streams": options["fft_streams"],
             "peer": peer,
         }
-        path = write_results(out, "spectral", machine, config, rows)
-        png = plot_spectral({"machine": machine, "results": rows}, path.with_suffix(".png"))
+        path, png = save(out, "spectral", machine, config, rows, plot_spectral)
         body = [
             [
                 f"{r['grid']} T{r['truncation']}",
@@ -562,8 +619,7 @@ def bench_spectral(
             )
         elif peer:
             console.print("ducc0 is not installed: no peer timed (pip install ducc0, or the test extra)")
-        console.print(f"results: {path}\nplot:    {png}")
-    comm.close()
+        say_written(path, png)
 
 
 @bench_app.command("scaling")
@@ -574,13 +630,12 @@ def bench_scaling(
     network_gbps: Annotated[float, typer.Option(help="Network between nodes, GB/s per GPU and direction.")] = 50.0,
     network_latency_us: Annotated[float, typer.Option(help="Latency of one exchange between nodes, µs.")] = 10.0,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node, joined by NVLink.")] = 8,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Predict time per step on 1 to 1,024 GPUs from measured results (it measures nothing): the model of
     docs/scaling.md, its predictions beside every multi-GPU point measured; JSON and a PNG plot."""
     from ..bench import scaling
     from ..bench.machine import machine_info
-    from ..bench.results import write_results
 
     try:
         inputs = scaling.load_inputs(
@@ -636,13 +691,16 @@ def bench_scaling(
         for p, t in curve.items()
     ]
     config = scaling.model_config(inputs, comparisons, halo)
-    path = write_results(out, "scaling-model", machine_info(1, gpus_used=0), config, rows)
+    path, _ = save(out, "scaling-model", machine_info(1, gpus_used=0), config, rows)
     png = scaling.plot_scaling(predictions, comparisons, path.with_suffix(".png"), scaling.measured_curves(results))
-    console.print(f"results: {path}\nplot:    {png}")
+    say_written(path, png)
 
 
 def _duration(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} µs"
+
+
+SOAK_SHAPE = Sizes((64, 64, 32))
 
 
 @bench_app.command("soak")
@@ -650,37 +708,37 @@ def bench_soak(
     nprocs: NpOption = 4,
     steps: Annotated[int, typer.Option(help="Exchanges in all.")] = 100_000,
     check_every: Annotated[int, typer.Option(help="Steps per bitwise check and per recorded block.")] = 1000,
-    shape: Annotated[str, typer.Option(help="Global points per dimension (3, comma-separated).")] = "64,64,32",
+    shape: Annotated[Sizes, sizes_option(3, "Global points per dimension")] = SOAK_SHAPE,
     halo: Annotated[int, typer.Option(help="Halo width on every side.")] = 2,
     transport: Annotated[str, typer.Option(help="Halo transport: auto, or one of `gridcomm info`'s.")] = "auto",
     gpu: GpuOption = False,
-    out: OutOption = Path("benchmarks/results"),
+    out: OutOption = HERE,
 ) -> None:
     """Exchange a 3-D field again and again, changing its interior every step: every --check-every steps each
     rank's whole local array must equal the serial reference bit for bit; time per exchange and memory are
     recorded per block. Prints the first block against the last; exits 1 if any check failed."""
-    import time
+    from ..bench.soak import SoakConfig
 
-    from ..bench.soak import SoakConfig, plot_soak, run_soak, soak_rows, summarise, write_soak
-
-    dims = int_list(shape, "--shape")
-    if len(dims) != 3:
-        raise typer.BadParameter(f"--shape {shape!r}: give 3 sizes, e.g. 64,64,32")
     try:
-        config = SoakConfig((dims[0], dims[1], dims[2]), halo, transport, steps, check_every, gpu)
+        config = SoakConfig(tuple(shape), halo, transport, steps, check_every, gpu)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    ranks_or_relaunch(nprocs)
+    with bench_ranks(nprocs, gpu) as comm:
+        passed = _bench_soak(comm, config, out)
+    if not passed:
+        raise typer.Exit(1)
+
+
+def _bench_soak(comm: Any, config: Any, out: Path) -> bool:
+    """Whether every check passed."""
+    import time
+
     from ..bench.machine import machine_info
-    from ..comm import Communicator
+    from ..bench.soak import plot_soak, run_soak, soak_rows, summarise, write_soak
+    from ..gpu import gpus_in_use
 
-    comm = Communicator()
-    gpus = 0
-    if gpu:
-        from ..gpu import gpus_in_use, use_local_gpu
-
-        use_local_gpu(comm)
-        gpus = gpus_in_use(comm)
+    gpu, steps = config.gpu, config.steps
+    gpus = gpus_in_use(comm) if gpu else 0
     start = time.perf_counter()
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"soak: {steps} exchanges on {comm.size} rank(s)", total=steps)
@@ -701,7 +759,5 @@ def bench_soak(
             f"{summary['median_trend_us_per_100k_steps']:+.2f} µs per 100,000 steps; "
             f"{summary['exchanges']} exchanges in {summary['runtime_s']:.1f} s"
         )
-        console.print(f"results: {path}\nplot:    {png}")
-    comm.close()
-    if not summary["all_checks_passed"]:
-        raise typer.Exit(1)
+        say_written(path, png)
+    return summary["all_checks_passed"]

@@ -5,21 +5,20 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from .. import __version__
-from ..launch import ONE_CPU_ADVICE, find_mpiexec, run_under_mpiexec, under_launcher
+from ..launch import ONE_CPU_ADVICE, find_mpiexec, launcher_rank, run_under_mpiexec, under_launcher
 from .apps import APPS, apps_app
 from .bench import bench_app
-from .common import NpOption, console, ranks_or_relaunch
+from .common import NpOption, Sizes, Typer, console, ranks_or_relaunch, sizes_option
 from .report import report
 
-app = typer.Typer(
-    add_completion=False,
+app = Typer(
     pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="gridcomm: halo exchanges and all-to-all transpositions for grid codes on CPUs and GPUs.",
@@ -29,6 +28,22 @@ app.add_typer(apps_app, name="app")  # what `gridcomm run APP` runs on every ran
 app.command(
     "report", short_help="Run the benchmarks that fit this machine; write a report folder (markdown, HTML, plots)."
 )(report)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        console.print(f"gridcomm {__version__}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", is_eager=True, callback=_print_version, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass  # the group's own options; its help is the Typer's
 
 
 @app.command()
@@ -82,10 +97,13 @@ def info() -> None:
     comm.close()
 
 
+DEMO_SHAPE = Sizes((24, 20, 16))
+
+
 @app.command()
 def demo(
     nprocs: NpOption = 4,
-    shape: Annotated[tuple[int, int, int], typer.Option(help="Global grid points per dimension.")] = (24, 20, 16),
+    shape: Annotated[Sizes, sizes_option(3, "Global grid points per dimension")] = DEMO_SHAPE,
     halo: Annotated[int, typer.Option(help="Halo width on every side.")] = 2,
 ) -> None:
     """Exchange the halos of a 3-D periodic field over the ranks and check them against the serial reference."""
@@ -117,7 +135,8 @@ def run(
         console.print(ctx.get_help())
         raise typer.Exit(0)
     if command[0] in APPS:
-        if under_launcher() or nprocs == 1 or "--help" in command:
+        command = [*command, "--np", str(nprocs)]  # the dwarf's own --np: what its help shows
+        if under_launcher() or nprocs == 1 or "--help" in command or "-h" in command:
             raise typer.Exit(_run_app_here(command))
         command = [sys.executable, "-m", "gridcomm", "app", *command]
     try:
@@ -128,11 +147,9 @@ def run(
 
 
 def _run_app_here(command: list[str]) -> int:
-    try:
-        apps_app(command, prog_name="gridcomm run", standalone_mode=False)
-    except typer.Exit as done:
-        return done.exit_code
-    return 0
+    """Run the dwarf in this process; its exit status (click hands back a typer.Exit's code, not raises it)."""
+    code = apps_app(command, prog_name="gridcomm run", standalone_mode=False)
+    return code if isinstance(code, int) else 0
 
 
 def _abort_other_ranks() -> None:
@@ -148,8 +165,16 @@ def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     from ..errors import GridcommError
 
+    # click's base of every error in a command line (typer >= 0.20 carries its own click: found, not imported)
+    command_line_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
     try:
-        app()
+        code = app(standalone_mode=False)
+    except command_line_error as error:  # every rank reads the same command line, so finds the same error
+        _say_command_line_error(error)
+        sys.exit(error.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        print("gridcomm: aborted", file=sys.stderr)
+        sys.exit(1)
     except (GridcommError, ValueError) as error:  # bad input: its message says what to do
         print(f"gridcomm: error: {_rank_prefix()}{error}", file=sys.stderr)
         _abort_other_ranks()
@@ -158,14 +183,29 @@ def main() -> None:
         traceback.print_exc()
         _abort_other_ranks()
         sys.exit(1)
+    sys.exit(code or 0)
+
+
+def _say_command_line_error(error: Any) -> None:
+    """An unknown option, a bad value: alone, as click shows it; on the ranks of a launch, which all read the
+    same command line and find the same error, printed by rank 0 only, once, with its rank."""
+    ranks = launcher_rank()
+    if ranks is None or ranks[1] == 1:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(error)
+    elif ranks[0] == 0:
+        print(f"gridcomm: error: rank 0: {error.format_message()}", file=sys.stderr)
 
 
 def _rank_prefix() -> str:
-    """ "rank r: " in a run of several ranks, else nothing."""
+    """ "rank r: " in a run of several ranks (as MPI or, before MPI starts, the launcher tells it), else nothing."""
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
-        return f"rank {mpi.COMM_WORLD.Get_rank()}: "
-    return ""
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        world = mpi.COMM_WORLD
+        return f"rank {world.Get_rank()}: " if world.Get_size() > 1 else ""
+    ranks = launcher_rank()
+    return f"rank {ranks[0]}: " if ranks is not None and ranks[1] > 1 else ""
 
 
 __all__ = ["app", "main", "ranks_or_relaunch"]

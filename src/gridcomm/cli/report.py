@@ -34,7 +34,8 @@ def report(
 ) -> None:
     """Run the benchmarks that fit this machine (CPU only, 1 GPU, several GPUs) and write report.md,
     report.html, the plots, the raw JSON, the log and the run record into one folder. Every figure stands
-    beside its ceiling, its peers measured in the same run and the seeds' published figures. Exits 1 when a
+    beside its ceiling, its peers measured in the same run and the published figures of the studies the dwarfs
+    come from (ESCAPE D3.4, NVIDIA's NVSHMEM case study: the seeds). Exits 1 when a
     benchmark failed (the report shows its output)."""
     from ..errors import ArgumentError
 
@@ -89,8 +90,8 @@ def _run_report(quick: bool, nprocs: int | None, gpu: bool | None, out: Path | N
     folder.mkdir(parents=True, exist_ok=True)
     budget = "quick" if quick else "full"
     console.print(
-        f"{budget} suite for {machine} on {nprocs} rank(s): {len(invocations)} benchmarks, about "
-        f"{suite.estimate(invocations):.0f} s; writing into {folder}"
+        f"{budget} suite for {machine} on {nprocs} rank(s): {len(invocations)} benchmarks, "
+        f"{suite.estimate_text(invocations)}; writing into {folder}"
     )
     settings = {"quick": quick, "machine": machine, "ranks": nprocs, "gpus_found": found,
                 "cuda_aware_mpi": facts.cuda_aware_mpi}  # fmt: skip
@@ -99,6 +100,8 @@ def _run_report(quick: bool, nprocs: int | None, gpu: bool | None, out: Path | N
     failed = [i for i in record["invocations"] if i["status"] != "ok"]
     for i in failed:
         console.print(f"[bold red]{i['key']}: {i['status']}[/] ({i['command']}); see the report")
+    taken = sum(i["seconds"] for i in record["invocations"])
+    console.print(f"the benchmarks took {taken:.0f} s ({suite.estimate(invocations):.0f} s expected)")
     console.print(f"report: {md}\n        {page}")
     if failed:  # the report is complete all the same: it shows each failure and its output
         raise typer.Exit(130 if any(i["status"] == INTERRUPTED for i in failed) else 1)

@@ -47,16 +47,24 @@ _AGREED_ERRORS = {cls.__name__: cls for cls in (ArgumentTypeError, Decomposition
 
 def _agree(comm: Communicator, problem: str | GridcommError | None) -> None:
     """Collective: if any rank found a problem (a message or an error), raise the first one on every rank, as an
-    error of its class (a message: DecompositionError)."""
+    error of its class (a message: DecompositionError), saying which other ranks found problems too."""
     if isinstance(problem, GridcommError):
         problem = (type(problem).__name__, str(problem))
     elif problem is not None:
         problem = (DecompositionError.__name__, problem)
-    problems = [p for p in comm.mpi.allgather(problem) if p]
+    # A message that names no rank (a bad argument) is about the rank that found it: say which.
+    problems = [
+        (rank, kind, message if "rank" in message else f"rank {rank}: {message}")
+        for rank, p in enumerate(comm.mpi.allgather(problem))
+        if p
+        for kind, message in [p]
+    ]
     if problems:
-        kind, message = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise _AGREED_ERRORS.get(kind, DecompositionError)(message + more)
+        _, kind, message = problems[0]
+        if len(problems) > 1:
+            others = ", ".join(str(r) for r, _, _ in problems[1:])
+            message += f" (and {len(problems) - 1} more, found by rank(s) {others}; the next: {problems[1][2]})"
+        raise _AGREED_ERRORS.get(kind, DecompositionError)(message)
 
 
 def _ids(values: Any, what: str) -> np.ndarray:

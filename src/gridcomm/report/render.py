@@ -109,7 +109,7 @@ def build_report(folder: Folder) -> Document:
     doc.add(Paragraph(
         "Every figure comes from the result files of this folder (raw/), each beside its ceiling and its peers "
         "measured in the same run and, where a seed published a comparable figure, beside the seed's figure with "
-        "the difference in problem stated. Energy is per step of the GPUs used (NVML)."
+        f"the difference in problem stated. Energy is per step of the GPUs used (NVML). {seeds.SEEDS_DEFINED}"
     ))  # fmt: skip
     if run is not None:
         doc.add(*_run_blocks(run))

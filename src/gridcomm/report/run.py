@@ -95,9 +95,14 @@ def run_suite(
     total = sum(i.estimate_s for i in invocations)
     done = 0.0
     with open(out / LOG, "a", encoding="utf-8") as log, progress(show) as bar:
-        task = bar.add_task("report", total=total)
+
+        def described(k: int) -> str:
+            return f"[{k}/{len(invocations)}] {invocations[k - 1].key} (~{invocations[k - 1].estimate_s:.0f} s)"
+
+        # total: seconds of estimate; named after the first benchmark at once (a line "report" said nothing)
+        task = bar.add_task(described(1) if invocations else "report", total=total, counted=False)
         for k, invocation in enumerate(invocations, 1):
-            bar.update(task, description=f"[{k}/{len(invocations)}] {invocation.key} (~{invocation.estimate_s:.0f} s)")
+            bar.update(task, description=described(k))
 
             def advance(elapsed: float, before: float = done, share: float = invocation.estimate_s) -> None:
                 bar.update(task, completed=before + min(elapsed, 0.95 * share))

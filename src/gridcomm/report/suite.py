@@ -2,7 +2,7 @@
 (``--quick``: under 2 minutes on 2 GPUs; full: under 10): one table, SUITE, read by ``select``.
 
 Expected seconds (``Entry.seconds``, quick and full) are wall time per invocation, process start-up included, on
-2 x H200 (CPU entries: 2 cores of an AMD EPYC VM, 2 ranks; 4 ranks take about as long). Where they come from:
+2 x H200 (CPU entries: 2 cores of an AMD EPYC VM, 4 ranks, the CPU suite's default). Where they come from:
 
 - GPU, full defaults: the committed results of one session of benchmarks/gpu_session.sh on 2 x H200, which ran
   the stages one after the other, so each file's time stamp bounds the stage before it: p2p at most 15 s, halo
@@ -14,8 +14,11 @@ Expected seconds (``Entry.seconds``, quick and full) are wall time per invocatio
   1.2 s, O1024 22 s (once per run); the set-up per transport (partition, tables, initial field at 32 levels)
   1.2 s at O320 and about 13 s at O1024 (5.2 s at O640, scaled by the nodes); the timed part about 3 s per
   transport (5 checked steps, 5 batches of 50 ms, an energy region of 1 s, the kernels once).
-- CPU: measured with ``gridcomm report --cpu --np 2`` on 2 cores: quick halo 2.3 s, mpdata 1.5 s, spectral 2.5 s;
-  full 16, 4.5 and 9 s; up to twice that while other work shared the cores (the expected values lie between).
+- CPU: measured with ``gridcomm report --cpu`` (4 ranks) on 2 cores shared with other work, twice at a load of
+  4 to 6 (the estimates are the means): quick halo 4.0 and 8.0 s, mpdata 4.3 and 7.3 s, spectral 5.0 and 7.8 s
+  (the estimates were 3 s each, and a new user saw the quick suite take 53 s where 9 s were announced); full
+  32.4 and 41.1, 16.4 and 20.3, 23.9 and 34.1 s. At a load of 13-18 the same took up to three times as long
+  (quick 36 s, full 135 s; 2 ranks no faster): ``estimate_text`` says so where the machine is that busy.
 
 - Measured since, on 1 H200: the quick suite 74 s (halo 5.3 s, stencil2d with energy about 25 s, mpdata about
   20 s, spectral about 28 s: set-up and first calls, not the steps); the full suite 273 s (halo 16.3, stencil2d
@@ -24,8 +27,8 @@ Expected seconds (``Entry.seconds``, quick and full) are wall time per invocatio
   (5-10 s per process that checks for NVSHMEM): the quick suite 71 s (halo 11.3 s with the first process's
   font cache, stencil2d 27.5, mpdata 25.0, spectral 6.8 s; 92 s and spectral 33.5 s just before).
 
-Sums: quick about 91 s on 2 GPUs, 63 s on 1 GPU, 9 s on 2 cores; full about 512 s on 2 GPUs, 281 s on
-1 GPU, 42 s on 2 cores; where MPI is CUDA-aware, mpdata and spectral time it too (about 7 s more quick, 30 s full).
+Sums: quick about 91 s on 2 GPUs, 63 s on 1 GPU, 18 s on 2 cores; full about 512 s on 2 GPUs, 281 s on
+1 GPU, 84 s on 2 cores; where MPI is CUDA-aware, mpdata and spectral time it too (about 7 s more quick, 30 s full).
 The report lists each invocation's expected and measured seconds.
 
 - bench spectral's peer, ducc0 on the node's CPUs, once per grid (2026-11-24, 1 H200 machine, 16 cores): 4.5 s
@@ -40,6 +43,7 @@ of the 74 s run below, so the time stays); the full suite every mode there is.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,11 +77,11 @@ _TCO639 = ("--gpu", "--grids", "O640", "--levels", "137", "--fields", "3", "--st
 _ALL_GPU = (ONE_GPU, GPUS)
 
 SUITE: tuple[Entry, ...] = (
-    Entry("halo", "halo", (CPU,), None, ("--quick",), (), (3, 25)),
+    Entry("halo", "halo", (CPU,), None, ("--quick",), (), (6, 37)),
     Entry("mpdata", "mpdata", (CPU,), None, ("--grids", "O24,O48", "--levels", "1,16", "--steps", "10"),
-          ("--grids", "O24,O48,O96", "--levels", "1,16", "--steps", "20"), (3, 7)),
+          ("--grids", "O24,O48,O96", "--levels", "1,16", "--steps", "20"), (6, 18)),
     Entry("spectral", "spectral", (CPU,), None, ("--grids", "O32,O80", "--steps", "3", "--transports", "cma,mpi"),
-          ("--grids", "O80,O160,O320", "--steps", "5", "--transports", "cma,mpi"), (3, 10)),
+          ("--grids", "O80,O160,O320", "--steps", "5", "--transports", "cma,mpi"), (6.5, 29)),
     Entry("halo", "halo", _ALL_GPU, None, ("--gpu", *_GPU_SIZES), ("--gpu",), (8, 20)),
     Entry("p2p", "p2p", (GPUS,), 2, _TRANSFER_QUICK, (), (10, 15)),
     Entry("alltoall", "alltoall", (GPUS,), None, _TRANSFER_QUICK, (), (10, 18)),
@@ -141,3 +145,20 @@ def select(machine: str, quick: bool, nprocs: int, cuda_aware_mpi: bool, nvshmem
 def estimate(invocations: Sequence[Invocation]) -> float:
     """Expected wall time of them all [s]."""
     return sum(i.estimate_s for i in invocations)
+
+
+#: Runnable processes per core (the load average over the cores) beyond which the report says it will take longer
+#: than its estimates: those of the CPU suite were measured at a load of 4 to 6 on 2 cores.
+BUSY_LOAD_PER_CORE = 3.0
+
+
+def estimate_text(invocations: Sequence[Invocation], load: float | None = None, cores: int | None = None) -> str:
+    """The estimate as the report says it, "about N s", and, where the machine is busier than the one the
+    estimates were measured on (``load``: the 1-minute load average, over ``cores``; both read here when None),
+    that it will take longer."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    text = f"about {estimate(invocations):.0f} s"
+    if load > BUSY_LOAD_PER_CORE * cores:
+        text += f", longer here: other work keeps the cores busy (load {load:.1f} on {cores} cores)"
+    return text

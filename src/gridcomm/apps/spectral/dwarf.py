@@ -447,8 +447,10 @@ def run_spectral(
     (the time per step).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
-    the time per step of the slowest rank [s] and its split (legendre, fft, transposition; seconds per step, the
-    slowest rank per phase), ``legendre_products_s`` (the slowest rank's seconds per step in the Legendre phase's
+    the time per step of the slowest rank [s], its split per phase (``split_s``: legendre, fft, transposition;
+    seconds per step, each phase on its own slowest rank, so they may add up to more than the step), the slowest
+    rank's own split (``slowest_rank``, ``slowest_rank_split_s``: the phases and ``other``, the time between
+    them, adding up to its step), ``legendre_products_s`` (the slowest rank's seconds per step in the Legendre phase's
     matrix products alone; the rest of that phase moves their operands), ``gpu``, and the GPUs' energy per step
     [J] (``joules_per_step``, None off the GPU; ``energy``: gridcomm.bench.energy's record), measured after the
     timed steps over steps of its own that last at least ``bench.energy.ENERGY_REGION_S``."""
@@ -504,8 +506,8 @@ def run_spectral(
             "fft_streams": dist.transform.fft_streams,
             "transport": dist.transport,
             "round_trip_error": round_trip_error(comm, to_host(back), host),
+            **_splits(mpi, sequential, dist.seconds, steps),  # pipelined: of the steps one phase after another
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
-            "split_s": {k: mpi.allreduce(v, op=MPI.MAX) / steps for k, v in dist.seconds.items()},
             "legendre_products_s": mpi.allreduce(products, op=MPI.MAX) / steps,
             "pipeline": dist.pipeline,
             # Pipelined: the same steps with the groups one phase after the other (where the split comes from).
@@ -531,6 +533,25 @@ def run_spectral(
             "joules_per_step": energy.per(region_steps),
             "energy": {**energy.as_dict(), "steps": region_steps},
         }
+
+
+def _splits(mpi: Any, elapsed: float, seconds: dict[str, float], steps: int) -> dict[str, Any]:
+    """Collective: the step time of the slowest rank and the split of the steps into phases [s per step], as
+    ``run_spectral`` returns them (``elapsed``: this rank's seconds for ``steps`` steps; ``seconds``: its
+    seconds per phase). Each phase on its own slowest rank (``split_s``) tells where the ranks wait; the
+    slowest rank's own split (with ``other``, what no phase timed) adds up to the step."""
+    everyone = mpi.allgather((elapsed, dict(seconds)))
+    slowest = max(range(len(everyone)), key=lambda r: everyone[r][0])
+    step, own = everyone[slowest]
+    return {
+        "time_per_step_s": step / steps,
+        "split_s": {k: max(s[k] for _, s in everyone) / steps for k in seconds},
+        "slowest_rank": slowest,
+        "slowest_rank_split_s": {
+            **{k: v / steps for k, v in own.items()},
+            "other": max(step - sum(own.values()), 0.0) / steps,
+        },
+    }
 
 
 def _array_module(gpu: bool) -> Any:
