@@ -15,7 +15,7 @@ pytestmark = pytest.mark.mpi
 def gridcomm(*args: str, timeout: float = 180) -> str:
     """Run ``gridcomm ARGS`` as a fresh process outside any launcher; fail the test on a non-zero exit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
-    env.update(GRIDCOMM_TIMEOUT="30", PYTHONUNBUFFERED="1")
+    env.update(GRIDCOMM_TIMEOUT="30", GRIDCOMM_OVERSUBSCRIBE_OK="1", PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, "-m", "gridcomm", *args], capture_output=True, text=True, env=env, timeout=timeout
     )

@@ -8,6 +8,7 @@ receives are written into destination arrays; ``HaloExchanger`` is the case dest
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
 from .transports import Transport, choose, requested
 from .validate import ExchangeValidator, check_validate
+
+log = logging.getLogger(__name__)
 
 
 def _compatible_orders(a: Any) -> str:
@@ -260,9 +263,10 @@ class BoundExchange:
         together), the next best transport."""
         try:
             self._bind()
-        except TransportError:
+        except TransportError as error:
             if transport != "auto" or self.transport.name != "ipc":
                 raise
+            log.info("%s: ipc cannot take these arrays (%s); falling back", type(self).__name__, error)
             self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
             self._bind()
 
@@ -280,6 +284,7 @@ class BoundExchange:
         self._handle = ExchangeHandle(self)
         self._closed = False
         self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
+        log.info("ready: %r", self)
 
     # -- running ----------------------------------------------------------------------------------------
 
