@@ -165,10 +165,10 @@ def check_writable(obj: Any, a: Any, what: str, written: str) -> None:
         )
 
 
-def to_host(a: Any) -> np.ndarray:
+def to_host(a: Any, what: str = "the array") -> np.ndarray:
     """A NumPy copy (or the array itself) of a NumPy or CuPy array, or of anything :func:`as_array` views
-    (a torch tensor, a JAX array)."""
-    a = as_array(a, "the array")
+    (a torch tensor, a JAX array, a buffer); ``what`` names it in an error."""
+    a = as_array(a, what)
     if isinstance(a, np.ndarray):
         return a
     return a.get()

@@ -323,12 +323,15 @@ def warn_if_oversubscribed(ranks: int, cpus: int) -> None:
     )
 
 
+# Modules a warning's location skips: gridcomm itself, and the libraries of its command line.
+_NOT_THE_CALLER = ("gridcomm", "typer", "click")
+
+
 def _outside_gridcomm() -> int:
-    """The ``stacklevel`` that makes a warning issued by the caller name the first frame outside gridcomm:
-    where the user's code called gridcomm."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    """The ``stacklevel`` that makes a warning issued by the caller name the first frame outside gridcomm (and
+    its command line's libraries): where the user's code called gridcomm."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _NOT_THE_CALLER:
         frame, level = frame.f_back, level + 1
     return level
 

@@ -301,7 +301,7 @@ class CartesianDecomposition:
         """Root's send buffer for ``scatter`` (every rank's block, in rank order, as bytes) and its dtype."""
         if global_array is None:
             raise FieldError(f"scatter: root passed None; pass the global array of shape {self.global_shape}")
-        g = to_host(global_array)
+        g = to_host(global_array, "the global array")
         if tuple(g.shape) != self.global_shape:
             raise FieldError(
                 f"scatter: the global array on root has shape {tuple(g.shape)}, expected {self.global_shape}"

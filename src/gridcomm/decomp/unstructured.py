@@ -264,7 +264,7 @@ class UnstructuredDecomposition:
         """Root's ``global_array`` for ``scatter`` as a host array, checked: indexed by global id, 1-D or 2-D."""
         if global_array is None:
             raise FieldError("scatter: root passed None; pass the global array, indexed by global id")
-        g = to_host(global_array)
+        g = to_host(global_array, "the global array")
         check_dtype(g.dtype, "the global array")
         if g.ndim not in (1, 2) or len(g) <= self._largest_id:
             raise FieldError(
