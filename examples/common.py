@@ -6,6 +6,7 @@ Not an example itself: each example imports it (the examples' folder is on the p
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 import types
@@ -15,6 +16,24 @@ from typing import Any
 import gridcomm
 from gridcomm.arrays import cupy_or_none
 from gridcomm.gpu import gpu_count
+
+
+def need(module: str) -> types.ModuleType:
+    """``module`` imported, for an example that drives it (torch, JAX). Where it is missing, rank 0 says once what
+    to install (instead of one ModuleNotFoundError per rank) and every rank exits with status 1."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(
+                f"{sys.argv[0]} needs {module}, which is not installed ({error}); install it with: pip install "
+                f"{module}, or pip install 'gridcomm[examples]' for every example's needs",
+                file=sys.stderr,
+                flush=True,
+            )
+        sys.exit(1)
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:

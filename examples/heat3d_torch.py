@@ -13,10 +13,11 @@ from collections.abc import Callable
 
 import heat3d
 import numpy as np
-import torch
-from common import usable_cupy
+from common import need, usable_cupy
 
 import gridcomm
+
+torch = need("torch")
 
 
 def torch_arrays(comm: gridcomm.Communicator, cpu: bool) -> heat3d.Arrays:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from common import parser, say, time_per_step, usable_cupy, verdict
+from common import need, parser, say, time_per_step, usable_cupy, verdict
 
 import gridcomm
 
@@ -125,8 +125,7 @@ def main() -> None:
         os.environ["JAX_PLATFORMS"] = "cpu"  # before JAX starts: no GPU backend at all
     # Several ranks per node: JAX would otherwise take 75% of each GPU it sees for each of them.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    import jax
-
+    jax = need("jax")
     jax.config.update("jax_enable_x64", True)
     comm = gridcomm.Communicator()
     cupy = None if args.cpu else usable_cupy()

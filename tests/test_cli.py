@@ -28,7 +28,7 @@ def run_gridcomm(*args: str, timeout: float = 180, cwd: Path | None = None, **en
     """``gridcomm ARGS`` run as a fresh process outside any launcher (in ``cwd``, with ``env`` added), stdout
     and stderr apart."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_", "COLUMNS"))}
-    environ.update(GRIDCOMM_TIMEOUT="30", PYTHONUNBUFFERED="1", **env)
+    environ.update(GRIDCOMM_TIMEOUT="30", GRIDCOMM_OVERSUBSCRIBE_OK="1", PYTHONUNBUFFERED="1", **env)
     return subprocess.run(
         [sys.executable, "-m", "gridcomm", *args], capture_output=True, text=True, env=environ, timeout=timeout, cwd=cwd
     )

@@ -56,6 +56,20 @@ def test_example_on_4_ranks_on_the_cpu(name: str, needs: str | None) -> None:
     assert "on the CPU" in out, out[-6000:]
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize(("name", "module"), [("heat3d_torch", "torch"), ("jax_step", "jax")])
+def test_example_says_once_what_to_install(tmp_path: Path, name: str, module: str) -> None:
+    """Where the library an example drives is missing (hidden here by a package of its name that cannot be
+    imported), rank 0 says what to install, once, and every rank exits 1: no ModuleNotFoundError per rank."""
+    (tmp_path / module).mkdir()
+    (tmp_path / module / "__init__.py").write_text(f"raise ModuleNotFoundError({f'No module named {module!r}'!r})\n")
+    rc, out = run_mpi(2, [str(EXAMPLES / f"{name}.py"), "--quick", "--cpu"], 60, env={"PYTHONPATH": str(tmp_path)})
+    assert rc != 0, out
+    assert out.count(f"needs {module}, which is not installed") == 1, out
+    assert f"pip install {module}, or pip install 'gridcomm[examples]'" in out, out
+    assert "Traceback" not in out, out
+
+
 def jax_has_a_gpu() -> bool:
     """Asked in a child process: JAX in this one would hold GPU memory that the example's ranks need."""
     code = "import jax; print(any(d.platform == 'gpu' for d in jax.devices()))"

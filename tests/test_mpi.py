@@ -56,6 +56,20 @@ def test_bad_input_on_one_rank_does_not_hang_the_others(mpi_checks, check):
     mpi_checks("checks_one_rank_errors", 2, timeout=30, checks=(check,))
 
 
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ranks_that_disagree_raise_the_same_error(mpi_checks, nranks):
+    """checks_agreement: decompositions, dtypes, roots, orders, closed communicators and collective calls that
+    differ between ranks, across every collective: the same GridcommError on every rank, never a silent wrong
+    result, a raw MPI error or an error on one rank only. A rank left waiting is caught by the short limit."""
+    mpi_checks("checks_agreement", nranks, timeout=90)
+
+
+def test_oversubscription_warning_and_log_rank_prefix(mpi_checks):
+    """checks_conventions: on ranks sharing one CPU rank 0 warns once (and not when silenced); log lines carry
+    their rank."""
+    mpi_checks("checks_conventions", 2, timeout=60)
+
+
 def test_dropped_decompositions_do_not_leak_communicators(mpi_checks):
     mpi_checks("checks_resources", 1, timeout=120)
 

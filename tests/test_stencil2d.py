@@ -216,7 +216,7 @@ def test_bad_input_is_a_clear_error():
 @pytest.mark.mpi
 def test_command_line_runs_on_two_ranks_and_prints_ok():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
-    env.update(GRIDCOMM_TIMEOUT="30", PYTHONUNBUFFERED="1")
+    env.update(GRIDCOMM_TIMEOUT="30", GRIDCOMM_OVERSUBSCRIBE_OK="1", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "gridcomm", "run", "stencil2d", "--np", "2", "--n", "16", "--steps", "5", "--cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     out = proc.stdout + proc.stderr

@@ -1,5 +1,6 @@
 """gridcomm: halo exchanges and all-to-all transpositions for distributed grid codes on CPUs and GPUs."""
 
+from . import log as log  # first: the "gridcomm" logger, silent unless GRIDCOMM_LOG or logging configures it
 from ._version import __version__
 from .comm import Communicator
 from .decomp import CartesianDecomposition, UnstructuredDecomposition
@@ -11,6 +12,8 @@ from .errors import (
     FieldError,
     GridcommError,
     GridcommTimeout,
+    MissingDependencyError,
+    OversubscriptionWarning,
     PatternError,
     TransportError,
     ValidationError,
@@ -35,6 +38,8 @@ __all__ = [
     "GridcommError",
     "GridcommTimeout",
     "HaloExchanger",
+    "MissingDependencyError",
+    "OversubscriptionWarning",
     "Pattern",
     "PatternError",
     "PeerPlan",

@@ -1,7 +1,8 @@
 """Array-module helpers: one code path for NumPy (host) and CuPy (GPU) arrays.
 
-Anything that speaks DLPack or the CUDA array interface (torch, JAX, Numba) is viewed without a copy as a
-NumPy or CuPy array, so the rest of gridcomm only ever sees those two.
+Anything that speaks DLPack or the CUDA array interface (torch, JAX, Numba), and anything with Python's buffer
+protocol (memoryview, bytearray, array.array, ctypes arrays), is viewed without a copy as a NumPy or CuPy
+array, so the rest of gridcomm only ever sees those two.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentTypeError, FieldError
+from .errors import ArgumentError, ArgumentTypeError, FieldError
 
 # DLPack device types (dlpack.h): CPU, CUDA, CUDA pinned host memory, CUDA managed memory.
 _DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST, _DLPACK_CUDA_MANAGED = 1, 2, 3, 13
@@ -65,7 +66,8 @@ def as_array(obj: Any, what: str) -> Any:
     """View ``obj`` as a NumPy or CuPy array without copying.
 
     Args:
-        obj: a NumPy or CuPy array, or any DLPack / CUDA-array-interface object (torch, JAX, ...).
+        obj: a NumPy or CuPy array, any DLPack / CUDA-array-interface object (torch, JAX, ...), or any object
+            with the buffer protocol (memoryview, bytearray, array.array; shape and dtype from its format).
         what: how to name the object in an error, e.g. ``"field 2"``.
     """
     if isinstance(obj, np.ndarray):
@@ -84,10 +86,28 @@ def as_array(obj: Any, what: str) -> Any:
         return cupy.asarray(obj)  # CUDA array interface: cupy views it without a copy
     if hasattr(obj, "__dlpack__"):
         return np.from_dlpack(obj)
-    raise FieldError(
-        f"{what} is a {type(obj).__name__}, not an array; pass a NumPy or CuPy array "
-        "(or anything with __dlpack__, e.g. a torch tensor or a JAX array)"
-    )
+    try:
+        buffer = memoryview(obj)
+    except TypeError:
+        raise FieldError(
+            f"{what} is a {type(obj).__name__}, not an array; pass a NumPy or CuPy array (or anything with "
+            "__dlpack__, e.g. a torch tensor or a JAX array, or with the buffer protocol, e.g. a memoryview)"
+        ) from None
+    try:
+        return np.asarray(buffer)  # a view: NumPy reads the buffer's shape, strides and format
+    except (TypeError, ValueError) as error:
+        raise FieldError(
+            f"{what} is a {type(obj).__name__} whose buffer format {buffer.format!r} NumPy cannot read ({error}); "
+            "pass a NumPy array, or a buffer of plain numbers (e.g. array.array('d', ...), memoryview(...).cast('d'))"
+        ) from None
+
+
+def view_buffer(obj: Any, what: str) -> Any:
+    """``obj`` viewed as a NumPy array (see :func:`as_array`) when it is a plain buffer (a memoryview, bytearray,
+    array.array), which cannot be indexed like an array; any array itself, so that a torch tensor stays one."""
+    if isinstance(obj, np.ndarray) or hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__"):
+        return obj
+    return as_array(obj, what)
 
 
 def array_module(a: Any) -> types.ModuleType:
@@ -113,6 +133,13 @@ def memory_order(a: Any, what: str) -> str:
     )
 
 
+def check_order(order: Any) -> str:
+    """``order`` if it is ``"C"`` or ``"F"`` (the memory order of a new array), else ArgumentError."""
+    if not (isinstance(order, str) and order in ("C", "F")):
+        raise ArgumentError(f"order={order!r}: use 'C' (last axis fastest) or 'F' (first axis fastest)")
+    return order
+
+
 def check_dtype(dtype: Any, what: str) -> np.dtype:
     """Return ``dtype`` as np.dtype if gridcomm can move it, else raise a FieldError listing what can."""
     dt = np.dtype(dtype)
@@ -132,16 +159,17 @@ def check_writable(obj: Any, a: Any, what: str, written: str) -> None:
             "CuPy buffer of your own and view it in JAX with jax.dlpack.from_dlpack (see examples/jax_step.py)"
         )
     if not getattr(a.flags, "writeable", True):  # CuPy arrays have no such flag: always writable
+        why = "flags.writeable is False" if isinstance(obj, np.ndarray) else f"a read-only {type(obj).__name__}"
         raise FieldError(
-            f"{what} is read-only (flags.writeable is False), but {written} are written into it; pass a "
-            "writable array (e.g. a copy)"
+            f"{what} is read-only ({why}), but {written} are written into it; pass a writable array or buffer "
+            "(e.g. a copy, or a bytearray instead of bytes)"
         )
 
 
-def to_host(a: Any) -> np.ndarray:
+def to_host(a: Any, what: str = "the array") -> np.ndarray:
     """A NumPy copy (or the array itself) of a NumPy or CuPy array, or of anything :func:`as_array` views
-    (a torch tensor, a JAX array)."""
-    a = as_array(a, "the array")
+    (a torch tensor, a JAX array, a buffer); ``what`` names it in an error."""
+    a = as_array(a, what)
     if isinstance(a, np.ndarray):
         return a
     return a.get()

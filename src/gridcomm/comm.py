@@ -4,24 +4,36 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import logging
 import math
+import operator
 import os
 import sys
 import time
+import warnings
 import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+import numpy as np
+
+from .arguments import whole_number
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
     DecompositionError,
+    DeviceError,
     FieldError,
     GridcommError,
     GridcommTimeout,
+    OversubscriptionWarning,
     PatternError,
     TransportError,
 )
 from .waiting import poll_until
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 60.0
 ABORT_GRACE_S = 1.0  # seconds between printing a timeout and aborting the job
@@ -32,7 +44,9 @@ def default_timeout() -> float:
     return check_timeout(os.environ.get("GRIDCOMM_TIMEOUT") or None, DEFAULT_TIMEOUT_S, "GRIDCOMM_TIMEOUT")
 
 
-_GRIDCOMM_ERRORS = (ArgumentError, ArgumentTypeError, DecompositionError, FieldError, PatternError, TransportError)
+_GRIDCOMM_ERRORS = (
+    ArgumentError, ArgumentTypeError, DecompositionError, DeviceError, FieldError, PatternError, TransportError,
+)  # fmt: skip
 _SHARED_ERRORS = {cls.__name__: cls for cls in (*_GRIDCOMM_ERRORS, GridcommError, ValueError, TypeError)}
 
 
@@ -61,6 +75,106 @@ def raise_if_any(
         if before is not None:
             before()
         raise error(problems[0])
+
+
+# What each rank contributes to ``agree``'s one collective: a digest of the call, a problem flag, a short note.
+_DIGEST_BYTES, _NOTE_BYTES = 16, 30
+_RECORD_BYTES = _DIGEST_BYTES + 2 + _NOTE_BYTES
+
+
+def agree(
+    mpi_comm: Any,
+    operation: str,
+    timeout: float,
+    on_timeout: str,
+    signature: Mapping[str, Any] | None = None,
+    problem: Exception | None = None,
+    note: str = "",
+) -> list[str]:
+    """Collective: the first step of every collective call of gridcomm (a constructor, gather, scatter).
+
+    Every rank of ``mpi_comm`` contributes one small fixed-size record to a non-blocking all-gather, polled
+    until ``timeout`` (then ``give_up``: a rank that never comes ends in a timeout, not a hang): a digest of
+    ``operation`` (e.g. ``"gather()"``) and ``signature`` (what every rank must pass alike: shapes, dtypes,
+    root, the decomposition), whether this rank found a ``problem`` with its own arguments, and ``note`` (up
+    to 30 ASCII characters this rank shares, e.g. the dtype of the array it scatters).
+
+    When every record matches and no rank found a problem, returns every rank's note in rank order. Otherwise
+    every rank raises, having learnt the details in a second collective: the rank with a problem its own
+    error, the others an error of its class naming that rank; ranks that called different operations, or
+    passed different signatures, a PatternError naming what differs on which ranks. After a timeout with
+    ``on_timeout="raise"`` the all-gather is still posted: the communicator is not fit for further
+    collectives (a late rank would match it); abort, or make a new one.
+    """
+    from mpi4py import MPI
+
+    mine = _record(operation, {} if problem is not None else dict(signature or {}), problem is not None, note)
+    everyone = np.empty((mpi_comm.Get_size(), _RECORD_BYTES), dtype=np.uint8)
+    request = mpi_comm.Iallgather([mine, MPI.BYTE], [everyone, MPI.BYTE])
+    rank = mpi_comm.Get_rank()
+
+    def late(elapsed: float) -> GridcommTimeout:
+        return GridcommTimeout(f"{operation} (waiting for every rank to call it)", rank, (), elapsed)
+
+    try:
+        poll_until(request.Test, timeout, late)
+    except GridcommTimeout as error:
+        give_up(error, mpi_comm, on_timeout)
+    digests = everyone[:, :_DIGEST_BYTES]
+    if not everyone[:, _DIGEST_BYTES].any() and (digests == digests[0]).all():
+        return [bytes(row[_DIGEST_BYTES + 2 : _DIGEST_BYTES + 2 + row[_DIGEST_BYTES + 1]]).decode() for row in everyone]
+    # Rare, so pickled: every rank's call in full, then the same error everywhere.
+    calls = gather_or_raise(mpi_comm, (operation, dict(signature or {})), problem, f"arguments to {operation}")
+    raise PatternError(disagreement(calls))
+
+
+def _record(operation: str, signature: dict[str, Any], problem: bool, note: str) -> np.ndarray:
+    """One rank's record for ``agree``: digest, problem flag, note length, note."""
+    text = note.encode("ascii")
+    if len(text) > _NOTE_BYTES:
+        raise ValueError(f"agree: note {note!r} is longer than {_NOTE_BYTES} bytes")  # a bug in gridcomm, not input
+    described = repr((operation, sorted(signature.items()))).encode()
+    record = np.zeros(_RECORD_BYTES, dtype=np.uint8)
+    record[:_DIGEST_BYTES] = np.frombuffer(hashlib.blake2b(described, digest_size=_DIGEST_BYTES).digest(), np.uint8)
+    record[_DIGEST_BYTES : _DIGEST_BYTES + 2] = (problem, len(text))
+    record[_DIGEST_BYTES + 2 : _DIGEST_BYTES + 2 + len(text)] = np.frombuffer(text, np.uint8)
+    return record
+
+
+def disagreement(calls: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """What differs between the ranks' calls (each rank's (operation, signature), in rank order)."""
+    operations = [operation for operation, _ in calls]
+    if len(set(operations)) > 1:
+        return (
+            f"the ranks called different operations ({by_value(operations)}); every rank must make the same "
+            "collective gridcomm calls in the same order"
+        )
+    differ = []
+    for key in sorted({key for _, signature in calls for key in signature}):
+        values = [signature.get(key) for _, signature in calls]
+        if len({repr(v) for v in values}) > 1:
+            differ.append(f"{key}: {by_value(values)}")
+    return f"the ranks passed different arguments to {operations[0]} ({'; '.join(differ)}); pass the same on every rank"
+
+
+def by_value(values: Sequence[Any]) -> str:
+    """``values`` (one per rank) grouped by value, e.g. "float64 on ranks 0, 2-5; float32 on rank 1"."""
+    groups: dict[str, list[int]] = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(value if isinstance(value, str) else repr(value), []).append(rank)
+    return "; ".join(f"{value} on {rank_list(ranks)}" for value, ranks in groups.items())
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """ "rank 3", or "ranks 0, 2-5" (ascending ranks, runs of consecutive ranks as ranges)."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    text = ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+    return f"rank{'s' if len(ranks) > 1 else ''} {text}"
 
 
 ON_TIMEOUT = ("abort", "raise")
@@ -100,6 +214,7 @@ def give_up(error: GridcommTimeout, mpi_comm: Any, on_timeout: str) -> NoReturn:
     """What a rank does when it has waited too long: raise ``error`` (``on_timeout="raise"``), or print it and
     abort every rank of ``mpi_comm`` (``"abort"``): the ranks still waiting would otherwise burn the job's
     allocation until the batch system kills it."""
+    log.warning("%s (on_timeout=%r)", error, on_timeout)
     if on_timeout == "raise":
         raise error
     sys.stderr.write(
@@ -112,25 +227,6 @@ def give_up(error: GridcommTimeout, mpi_comm: Any, on_timeout: str) -> NoReturn:
     time.sleep(ABORT_GRACE_S)
     mpi_comm.Abort(1)
     raise error  # Abort does not return; this line only satisfies the type checker
-
-
-def rendezvous(mpi_comm: Any, operation: str, timeout: float, on_timeout: str) -> None:
-    """Collective: wait until every rank of ``mpi_comm`` has reached ``operation`` (a non-blocking barrier,
-    polled), or give up after ``timeout`` seconds (see ``give_up``). Called before the blocking
-    collectives of a constructor, so that a rank that never comes ends in a timeout instead of a hang.
-
-    After a timeout with ``on_timeout="raise"`` the barrier is still posted: the communicator is not fit for
-    further collectives (a late rank would match it); abort, or make a new one."""
-    request = mpi_comm.Ibarrier()
-    rank = mpi_comm.Get_rank()
-
-    def late(elapsed: float) -> GridcommTimeout:
-        return GridcommTimeout(f"{operation} (waiting for every rank to call it)", rank, (), elapsed)
-
-    try:
-        poll_until(request.Test, timeout, late)
-    except GridcommTimeout as error:
-        give_up(error, mpi_comm, on_timeout)
 
 
 def _loaded_libraries(fragment: str) -> list[str]:
@@ -197,6 +293,49 @@ def _kept_keyval() -> int:
     return MPI.Comm.Create_keyval(delete_fn=release)
 
 
+def _cpu_mask() -> int:
+    """The CPUs this process may run on, as a bit mask (bit c: CPU c)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        cpus = set(range(os.cpu_count() or 1))
+    return sum(1 << c for c in cpus)
+
+
+#: Set to 1 to silence the warning about more ranks on a node than CPUs for them.
+OVERSUBSCRIBE_OK = "GRIDCOMM_OVERSUBSCRIBE_OK"
+# Whether this process has built a Communicator of the whole job yet: the first one looks at the node.
+_job_communicator_built = False
+
+
+def warn_if_oversubscribed(ranks: int, cpus: int) -> None:
+    """Warn (OversubscriptionWarning) when ``ranks`` ranks share a node's ``cpus`` CPUs, unless
+    GRIDCOMM_OVERSUBSCRIBE_OK is set: ranks that wait for each other then take turns on the CPUs."""
+    if ranks <= cpus or os.environ.get(OVERSUBSCRIBE_OK, "").strip().lower() in ("1", "true", "yes", "on"):
+        return
+    warnings.warn(
+        f"{ranks} ranks run on a node where they may use {cpus} CPU(s): ranks then take turns on the CPUs, and "
+        f"waiting for each other (exchanges) takes most of the run time. Start at most {cpus} ranks per node "
+        f"(fewer --np, or more nodes); to run so on purpose, set {OVERSUBSCRIBE_OK}=1 or filter "
+        "gridcomm.OversubscriptionWarning",
+        OversubscriptionWarning,
+        stacklevel=_outside_gridcomm(),
+    )
+
+
+# Modules a warning's location skips: gridcomm itself, and the libraries of its command line.
+_NOT_THE_CALLER = ("gridcomm", "typer", "click")
+
+
+def _outside_gridcomm() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller name the first frame outside gridcomm (and
+    its command line's libraries): where the user's code called gridcomm."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _NOT_THE_CALLER:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class Communicator:
     """The ranks that take part in gridcomm's exchanges: a private duplicate of an mpi4py communicator.
 
@@ -210,6 +349,10 @@ class Communicator:
         on_timeout: what a rank does after GridcommTimeout: ``"abort"`` prints it and aborts every rank
             (MPI_Abort: no rank is left waiting), ``"raise"`` raises it for you to handle; None reads
             GRIDCOMM_ON_TIMEOUT (default ``"abort"``). Each exchanger may override it.
+
+    The first Communicator of the whole job (every rank of MPI.COMM_WORLD) looks at the node: rank 0 warns
+    (OversubscriptionWarning) when more ranks run on it than the CPUs they may use;
+    ``GRIDCOMM_OVERSUBSCRIBE_OK=1`` silences it.
     """
 
     def __init__(self, mpi_comm: Any = None, *, timeout: float | None = None, on_timeout: str | None = None) -> None:
@@ -217,6 +360,7 @@ class Communicator:
 
         base = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         if isinstance(base, Communicator):
+            base.check_open()
             base = base.mpi
         if not isinstance(base, MPI.Comm):
             raise ArgumentTypeError(
@@ -229,25 +373,69 @@ class Communicator:
         try:  # every rank must hear of a bad argument on one, or the others would wait in Dup forever
             self.timeout: float = check_timeout(timeout, default_timeout())
             self.on_timeout: str = check_on_timeout(on_timeout)
-            problem = None
+            problem, waits = None, (self.timeout, self.on_timeout)
         except (ArgumentError, ArgumentTypeError) as error:
-            problem = error
-        if problem is None:
-            rendezvous(base, "Communicator()", self.timeout, self.on_timeout)
-        else:
-            rendezvous(base, "Communicator()", DEFAULT_TIMEOUT_S, "abort")
-        gather_or_raise(base, None, problem, "arguments")
+            problem, waits = error, (DEFAULT_TIMEOUT_S, "abort")
+        agree(base, "Communicator()", *waits, problem=problem)
         self.mpi = base.Dup()
         self.rank: int = self.mpi.Get_rank()
         self.size: int = self.mpi.Get_size()
         self._next_tag = 0
         self.facts: dict[str, Any] = {}  # collective findings about these ranks, e.g. which transports work
         self.graphs: weakref.WeakSet[Any] = weakref.WeakSet()  # captured exchanges, released by close()
+        if self.size == MPI.COMM_WORLD.Get_size() and not _job_communicator_built:
+            self._look_at_the_node()
+
+    def _look_at_the_node(self) -> None:
+        """Collective, once per process: rank 0 warns if its node runs more ranks than CPUs for them. Done for
+        the first Communicator of the whole job only (every process builds that one, at the same point of its
+        collective calls, so all take this step together), not for every communicator of a few ranks."""
+        global _job_communicator_built
+        _job_communicator_built = True
+        _, ranks, cpus = self._node
+        if self.rank == 0:
+            warn_if_oversubscribed(ranks, cpus)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has freed this communicator."""
+        from mpi4py import MPI
+
+        return self.mpi == MPI.COMM_NULL
+
+    def check_open(self) -> None:
+        """GridcommError if this communicator was closed (local: a closed communicator cannot reach its peers;
+        ``close()`` is collective, so every rank finds it closed alike)."""
+        if self.closed:
+            raise GridcommError(
+                "this Communicator was closed (close(), or the end of its with block); make a new one, e.g. "
+                "gridcomm.Communicator(comm), or pass the mpi4py communicator and let gridcomm keep one"
+            )
+
+    def agree(
+        self,
+        operation: str,
+        signature: Mapping[str, Any] | None = None,
+        problem: Exception | None = None,
+        note: str = "",
+    ) -> list[str]:
+        """Collective: every rank has reached ``operation`` with the same ``signature`` and no rank found a
+        ``problem``, or every rank raises (see ``agree``); at most the communicator's timeout, then act on
+        ``on_timeout``. Returns every rank's ``note``."""
+        self.check_open()
+        return agree(self.mpi, operation, self.timeout, self.on_timeout, signature, problem, note)
+
+    def check_root(self, root: Any, role: str) -> int:
+        """``root`` (the rank that ``role``, e.g. "receives the array") as an int, one of this communicator's
+        ranks; ArgumentTypeError or ArgumentError naming it (local)."""
+        return whole_number(root, "root", 0, self.size - 1, meaning=f"the rank that {role}")
 
     def rendezvous(self, operation: str) -> None:
         """Collective: wait until every rank has reached ``operation`` (e.g. "HaloExchanger()"), at most the
-        communicator's timeout, then act on ``on_timeout`` (see ``rendezvous``)."""
-        rendezvous(self.mpi, operation, self.timeout, self.on_timeout)
+        communicator's timeout, and check that they all did (``agree`` with nothing more to compare). Called
+        first by a constructor whose own checks follow: a rank that never comes ends in a timeout instead of a
+        hang in the blocking collectives after it, and ranks that make different calls raise together."""
+        self.agree(operation)
 
     @classmethod
     def wrap(cls, comm: Any) -> Communicator:
@@ -259,6 +447,7 @@ class Communicator:
         duplicate instead of using up MPI's communicator ids, and it is freed when that communicator is.
         """
         if isinstance(comm, Communicator):
+            comm.check_open()
             return comm
         from mpi4py import MPI
 
@@ -287,13 +476,16 @@ class Communicator:
         return self._node[1]
 
     @functools.cached_property
-    def _node(self) -> tuple[int, int]:
-        """(rank, size) among the ranks on the same node; collective on first use."""
+    def _node(self) -> tuple[int, int, int]:
+        """(rank, size) among the ranks on the same node, and how many CPUs those ranks may run on together
+        (the union of their affinity masks: a batch system's share of the node, not the whole node);
+        collective on first use."""
         from mpi4py import MPI
 
         node = self.mpi.Split_type(MPI.COMM_TYPE_SHARED)
         try:
-            return node.Get_rank(), node.Get_size()
+            cpus = functools.reduce(operator.or_, node.allgather(_cpu_mask()), 0)
+            return node.Get_rank(), node.Get_size(), cpus.bit_count()
         finally:
             node.Free()
 

@@ -1,4 +1,4 @@
-"""Exceptions raised by gridcomm.
+"""Exceptions (and the one warning) raised by gridcomm.
 
 Every error names what was wrong (the argument and its value) and what to do about it.
 """
@@ -37,8 +37,13 @@ class DeviceError(GridcommError, RuntimeError):
     """A GPU was asked for where none is usable: no CUDA device visible to the rank, or CuPy not installed."""
 
 
+class MissingDependencyError(GridcommError, ImportError):
+    """An optional dependency is not installed: names the extra that installs it (``pip install 'gridcomm[plot]'``)."""
+
+
 class PatternError(GridcommError, ValueError):
-    """Ranks disagree about an exchange: message sizes, field lists or indices do not match."""
+    """Ranks disagree about a collective call: they called different ones, or passed different arguments to one
+    (shapes, dtypes, root, decomposition), or an exchange's message sizes, field lists or indices do not match."""
 
 
 class ValidationError(GridcommError, RuntimeError):
@@ -70,3 +75,8 @@ class GridcommTimeout(GridcommError, TimeoutError):
     def __reduce__(self) -> tuple[type, tuple[str, int, tuple[int, ...], float]]:
         # Pickled by mpi4py's lower-case collectives and process pools: rebuild from the attributes.
         return type(self), (self.operation, self.rank, self.peers, self.elapsed)
+
+
+class OversubscriptionWarning(UserWarning):
+    """More ranks run on a node than it has CPUs for them (issued once, by rank 0): ranks then take turns on the
+    CPUs and exchanges take most of the time. ``GRIDCOMM_OVERSUBSCRIBE_OK=1`` or a warnings filter silences it."""

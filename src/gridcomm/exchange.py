@@ -8,6 +8,7 @@ receives are written into destination arrays; ``HaloExchanger`` is the case dest
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from .pattern import Pattern, PeerPlan
 from .transports import Transport, auto, auto_choice_reason, available, choose, requested
 from .transports.auto import auto_measurement
 from .validate import ExchangeValidator, check_validate
+
+log = logging.getLogger(__name__)
 
 
 def _compatible_orders(a: Any) -> str:
@@ -269,9 +272,10 @@ class BoundExchange:
                 return
         try:
             self._bind()
-        except TransportError:
+        except TransportError as error:
             if transport != "auto" or self.transport.name != "ipc":
                 raise
+            log.info("%s: ipc cannot take these arrays (%s); falling back", type(self).__name__, error)
             self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
             self.transport_reason = f"{self.transport.name}: ipc cannot pair these blocks (a block must land in a " \
                 "box of the extents it was sent as)"
@@ -307,8 +311,7 @@ class BoundExchange:
         self.transport = choose(usable[measured.chosen], self.comm, self.on_device)
         self._bind()
         self.transport_reason = measured.reason
-        if self.comm.rank == 0:
-            auto.log.info("%s: %s", type(self).__name__, measured.reason)
+        log.info("%s: %s", type(self).__name__, measured.reason)
         return True
 
     def _synchronize(self) -> None:
@@ -330,6 +333,7 @@ class BoundExchange:
         self._handle = ExchangeHandle(self)
         self._closed = False
         self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
+        log.info("ready: %r", self)
 
     # -- running ----------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ the rank's own block copied source to destination while the messages are in flig
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from .slabs import Redistribution, redistribution
 from .transports import Transport, choose, requested
 
 Blocks = Mapping[int, Box | Sequence[Box]]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -496,6 +499,7 @@ class Transposer(BoundExchange):
                 "spanning the last axes fully (or reshape the arrays so that they do)"
             )
         if transport == "auto":
+            log.info("Transposer: %s cannot describe %s; falling back", self.transport.name, problems[0])
             self.transport = choose("auto", self.comm, False, exclude=(self.transport.name,))
             return
         raise PatternError(

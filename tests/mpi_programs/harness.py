@@ -178,7 +178,15 @@ def stand_in_comm(rank: int, size: int) -> Any:
 
     comm = object.__new__(Communicator)
     comm.rank, comm.size, comm.timeout, comm.mpi = rank, size, 60.0, None
+    comm.agree = _agree_alone
     return comm
+
+
+def _agree_alone(operation: str, signature: Any = None, problem: Exception | None = None, note: str = "") -> list[str]:
+    """A stand-in communicator's ``agree``: no peers to compare with, so only this rank's own problem counts."""
+    if problem is not None:
+        raise problem
+    return [note]
 
 
 # -- waiting politely (8 ranks share 2 cores) --------------------------------------------------------------

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm import Communicator
+from ..errors import MissingDependencyError
+from ..extras import require
 
 #: The least duration of a region whose energy is reported, seconds: NVML's counter then advances many times.
 ENERGY_REGION_S = 1.0
@@ -58,8 +60,10 @@ def _gpu_counter() -> tuple[tuple[str, int] | None, Any, str | None]:
     if cupy is None:
         return None, None, "no GPU (or CuPy is missing)"
     try:
-        import pynvml
-
+        pynvml = require("pynvml", "energy", "the GPU energy counter")
+    except MissingDependencyError as error:
+        return None, None, str(error)
+    try:
         pynvml.nvmlInit()
         bus_id = cupy.cuda.Device().pci_bus_id
         handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..extras import figure
+
 
 def bytes_text(n: int) -> str:
     """A byte count as people read it: 8 B, 64 KiB, 1.5 MiB, 2 GiB."""
@@ -47,15 +49,10 @@ def halo_axis(rows: list[dict[str, Any]], fields: int) -> tuple[list[dict[str, A
 
 def plot_halo(payload: dict[str, Any], png: Path) -> Path:
     """Time per exchange against bytes per peer, one panel per field count, every variant beside the floors."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = payload["results"]
     counts = sorted({r["fields"] for r in rows})
-    fig, axes = plt.subplots(1, len(counts), figsize=(5.2 * len(counts), 4.2), squeeze=False)
-    for ax, count in zip(axes[0], counts, strict=True):
+    fig, axes = panels_figure(len(counts))
+    for ax, count in zip(axes, counts, strict=True):
         mine, x, xlabel = halo_axis(rows, count)
         for name in mine[0]["variants"]:
             ax.loglog(x, [r["variants"][name]["median_s"] * 1e6 for r in mine], "o-", label=f"gridcomm {name}")
@@ -65,19 +62,14 @@ def plot_halo(payload: dict[str, Any], png: Path) -> Path:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("time per exchange [µs]")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    machine = payload["machine"]
-    fig.suptitle(f"halo exchange, {machine['ranks']} ranks, {machine['device']}, {machine['date']}", fontsize=9)
-    fig.tight_layout()
+    axes[0].legend(fontsize=7)
+    machine_title(fig, "halo exchange", payload["machine"])
     fig.savefig(png, dpi=110)
-    plt.close(fig)
     return png
 
 
 def panels_figure(panels: int) -> tuple[Any, list[Any]]:
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
-
-    fig = Figure(figsize=(5.4 * panels, 4.2), layout="constrained")
+    fig = figure(figsize=(5.4 * panels, 4.2), layout="constrained")
     return fig, [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
 
 

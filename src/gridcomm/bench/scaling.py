@@ -340,9 +340,9 @@ def plot_scaling(
     MPDATA and the spectral transform, the measured points compared as dots) and, below, every dwarf and
     transport as measured at each GPU count with its ideal line (strong: the fewest GPUs' time shared out;
     weak: flat). Returns the PNG's path."""
-    from matplotlib.figure import Figure
+    from ..extras import figure
 
-    fig = Figure(figsize=(18, 9))
+    fig = figure(figsize=(18, 9))
     grid = fig.subplots(2, 4)
     axes = grid[0]
     for ax, (dwarf, curves) in zip(grid[1], (measured or {}).items(), strict=False):

@@ -224,10 +224,10 @@ def plot_stencil2d(payload: dict[str, Any], png: str | Path) -> Path:
     """Time per step [µs] against points per rank side, log-log: every mode measured, the compute ceiling (no
     exchange) and seed 004's traditional and persistent-kernel curves. ``payload`` is a result file's content
     (``results`` rows; ``machine`` used in the title when present). Returns the PNG's path."""
-    from matplotlib.figure import Figure
+    from ..extras import figure
 
     rows = payload["results"]
-    fig = Figure(figsize=(7.5, 5.0))
+    fig = figure(figsize=(7.5, 5.0))
     ax = fig.subplots()
     for mode in dict.fromkeys(r["mode"] for r in rows):
         mine = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["n"])

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..arguments import entries, is_whole_number
-from ..arrays import check_dtype, resolve_array_module, to_host
+from ..arrays import check_dtype, check_order, resolve_array_module, to_host, view_buffer
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, DecompositionError, FieldError
 from ..pattern import Box, Pattern, PeerPlan
@@ -99,12 +99,24 @@ class CartesianDecomposition:
         stencil: Literal["box", "star"] = "box",
     ) -> None:
         self.comm = Communicator.wrap(comm)
+        try:  # every rank must hear of a bad argument on one, and ranks must not lay out different grids
+            self._lay_out(global_shape, halo, periodic, proc_grid, stencil)
+            problem = None
+        except Exception as error:
+            problem = error
+        self.comm.agree("CartesianDecomposition()", None if problem else self.parameters, problem)
+        self.coords = self.coords_of(self.comm.rank)
+        self.interior_shape = tuple(s[c] for s, c in zip(self.sizes, self.coords, strict=True))
+        self.local_shape = tuple(n + lo + hi for n, (lo, hi) in zip(self.interior_shape, self.halo, strict=True))
+        self.global_slices = self.global_slices_of(self.comm.rank)
+
+    def _lay_out(self, global_shape: Any, halo: HaloSpec, periodic: Any, proc_grid: Any, stencil: Any) -> None:
+        """The arguments checked, and the process grid and block sizes they give (local)."""
         shape = _normalise_shape(global_shape)
-        ndim = len(shape)
         self.global_shape = shape
-        self.ndim = ndim
-        self.halo = _normalise_halo(halo, ndim)
-        self.periodic = _normalise_periodic(periodic, ndim)
+        self.ndim = len(shape)
+        self.halo = _normalise_halo(halo, self.ndim)
+        self.periodic = _normalise_periodic(periodic, self.ndim)
         if not isinstance(stencil, str):
             raise ArgumentTypeError(f"stencil={stencil!r} ({type(stencil).__name__}): use 'box' or 'star'")
         if stencil not in ("box", "star"):
@@ -113,19 +125,24 @@ class CartesianDecomposition:
         self.proc_grid = self._check_proc_grid(proc_grid)
         self.sizes = tuple(block_sizes(n, p) for n, p in zip(shape, self.proc_grid, strict=True))
         self._check_halo_fits()
-        self.coords = self.coords_of(self.comm.rank)
-        self.interior_shape = tuple(s[c] for s, c in zip(self.sizes, self.coords, strict=True))
-        self.local_shape = tuple(n + lo + hi for n, (lo, hi) in zip(self.interior_shape, self.halo, strict=True))
-        self.global_slices = self.global_slices_of(self.comm.rank)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """What every rank's decomposition must share, by argument (compared between ranks by the constructor,
+        gather and scatter: ranks that chose different process grids would otherwise exchange messages of equal
+        sizes into the wrong halos)."""
+        return {
+            "global_shape": self.global_shape,
+            "halo": self.halo,
+            "periodic": self.periodic,
+            "proc_grid": self.proc_grid,
+            "stencil": self.stencil,
+        }
 
     @property
     def signature(self) -> str:
-        """What every rank's decomposition must share (HaloExchanger compares it between ranks: ranks that chose
-        different process grids would otherwise exchange messages of equal sizes into the wrong halos)."""
-        return (
-            f"global_shape={self.global_shape}, halo={self.halo}, periodic={self.periodic}, "
-            f"proc_grid={self.proc_grid}, stencil={self.stencil!r}"
-        )
+        """``parameters`` in one line (HaloExchanger compares it between ranks)."""
+        return ", ".join(f"{name}={value!r}" for name, value in self.parameters.items())
 
     # -- layout -----------------------------------------------------------------------------------------
 
@@ -209,7 +226,8 @@ class CartesianDecomposition:
         return tuple(slice(lo, lo + n) for (lo, _), n in zip(self.halo, self.interior_shape, strict=True))
 
     def interior(self, a: Any) -> Any:
-        """View of the owned interior of local array ``a``."""
+        """View of the owned interior of local array ``a`` (a buffer such as a memoryview: of its NumPy view)."""
+        a = view_buffer(a, "the array")
         self._check_local(a, "the array")
         return a[self.interior_slices]
 
@@ -223,13 +241,19 @@ class CartesianDecomposition:
     def gather(self, a: Any, root: int = 0) -> np.ndarray | None:
         """Collective: the global array assembled on ``root`` from every rank's interior (None elsewhere).
 
-        Device arrays are copied to the host first; the result is always a NumPy array.
+        Device arrays are copied to the host first; the result is always a NumPy array. Every rank raises
+        the same error if some rank passes a bad array or root, or the ranks pass different dtypes or roots.
         """
-        self.comm.rendezvous("gather()")  # a rank that never comes: a timeout, not a hang
         from mpi4py import MPI
 
-        self._check_local(a, "the array to gather")
-        block = np.ascontiguousarray(to_host(self.interior(a)))
+        try:
+            root = self.comm.check_root(root, "receives the array")
+            block = np.ascontiguousarray(to_host(self.interior(a)))
+            check_dtype(block.dtype, "the array to gather")
+            problem, signature = None, {**self.parameters, "dtype": str(block.dtype), "root": root}
+        except Exception as error:  # every rank must hear of it, or the others would wait in Gatherv
+            problem, signature = error, None
+        self.comm.agree("gather()", signature, problem)
         counts = [math.prod(self._interior_shape_of(r)) * block.itemsize for r in range(self.comm.size)]
         if self.comm.rank != root:
             self.comm.mpi.Gatherv([block, MPI.BYTE], None, root=root)
@@ -247,40 +271,44 @@ class CartesianDecomposition:
     ) -> Any:
         """Collective: a local array (halo zeroed) holding this rank's part of ``global_array`` from ``root``.
 
-        Only ``root`` needs ``global_array``; the others may pass None.
+        Only ``root`` needs ``global_array``; the others may pass None. Every rank raises the same error if
+        root's array does not fit, some rank passes a bad root, ``xp`` or ``order``, or the ranks pass
+        different roots.
         """
-        self.comm.rendezvous("scatter()")  # a rank that never comes: a timeout, not a hang
         from mpi4py import MPI
 
-        sendbuf, problem, dtype = None, None, None
-        if self.comm.rank == root:
-            g = to_host(global_array) if global_array is not None else None
-            shape = None if g is None else tuple(g.shape)
-            try:
-                if shape != self.global_shape:
-                    raise FieldError(
-                        f"scatter: the global array on root has shape {shape}, expected {self.global_shape}"
-                    )
-                dtype = check_dtype(g.dtype, "the global array")
-            except FieldError as error:
-                problem = str(error)
-            else:
-                blocks = [np.ascontiguousarray(g[self.global_slices_of(r)]).ravel() for r in range(self.comm.size)]
-                sendbuf = np.concatenate(blocks).view(np.uint8)
-        # Root tells everyone the dtype, or what was wrong, so that no rank waits for data that never comes.
-        dtype_str, problem = self.comm.mpi.bcast((None if dtype is None else dtype.str, problem), root=root)
-        if problem:
-            raise FieldError(problem if self.comm.rank == root else f"rank {root} (root of scatter): {problem}")
-        dtype = np.dtype(dtype_str)
+        sendbuf, dtype = None, ""
+        try:
+            root = self.comm.check_root(root, "holds the array")
+            xp = resolve_array_module(xp, ArgumentTypeError)
+            check_order(order)
+            if self.comm.rank == root:
+                sendbuf, dtype = self._scatter_buffer(global_array)
+            problem, signature = None, {**self.parameters, "root": root}
+        except Exception as error:  # every rank must hear of it, or the others would wait in Scatterv
+            problem, signature = error, None
+        # Root tells everyone the dtype in the same step, so that no rank waits for data that never comes.
+        dtype = np.dtype(self.comm.agree("scatter()", signature, problem, note=dtype)[root])
         counts = [math.prod(self._interior_shape_of(r)) * dtype.itemsize for r in range(self.comm.size)]
         block = np.empty(math.prod(self.interior_shape), dtype=dtype)
         send = [sendbuf, counts, MPI.BYTE] if self.comm.rank == root else None
         self.comm.mpi.Scatterv(send, [block.view(np.uint8), MPI.BYTE], root=root)
         local = self.zeros(dtype, xp=xp, order=order)
-        local[self.interior_slices] = resolve_array_module(xp, ArgumentTypeError).asarray(
-            block.reshape(self.interior_shape)
-        )
+        local[self.interior_slices] = xp.asarray(block.reshape(self.interior_shape))
         return local
+
+    def _scatter_buffer(self, global_array: Any) -> tuple[np.ndarray, str]:
+        """Root's send buffer for ``scatter`` (every rank's block, in rank order, as bytes) and its dtype."""
+        if global_array is None:
+            raise FieldError(f"scatter: root passed None; pass the global array of shape {self.global_shape}")
+        g = to_host(global_array, "the global array")
+        if tuple(g.shape) != self.global_shape:
+            raise FieldError(
+                f"scatter: the global array on root has shape {tuple(g.shape)}, expected {self.global_shape}"
+            )
+        dtype = check_dtype(g.dtype, "the global array")
+        blocks = [np.ascontiguousarray(g[self.global_slices_of(r)]).ravel() for r in range(self.comm.size)]
+        return np.concatenate(blocks).view(np.uint8), dtype.str
 
     def _interior_shape_of(self, rank: int) -> tuple[int, ...]:
         return tuple(s.stop - s.start for s in self.global_slices_of(rank))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..arrays import as_array, check_dtype, is_device_array, resolve_array_module, to_host
+from ..arrays import as_array, check_dtype, check_order, is_device_array, resolve_array_module, to_host, view_buffer
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, DecompositionError, FieldError, GridcommError
 from ..pattern import Pattern, PeerPlan, Rows
@@ -117,6 +117,9 @@ class UnstructuredDecomposition:
         self.n_owned, self.n_halo = len(owned), len(halo)
         self.n_local = self.n_owned + self.n_halo
         self._pattern = self._build_pattern()
+        # gather and scatter index global arrays by id: how many ids there are, and the largest one.
+        extents = self.comm.mpi.allgather((self.n_owned, int(owned.max()) if self.n_owned else -1))
+        self._id_count, self._largest_id = sum(n for n, _ in extents), max(m for _, m in extents)
 
     def _local_problem(self, owned: np.ndarray, halo: np.ndarray) -> str | None:
         rank = self.comm.rank
@@ -209,47 +212,74 @@ class UnstructuredDecomposition:
         )
 
     def owned(self, a: Any) -> Any:
-        """View of the owned rows of local array ``a``."""
+        """View of the owned rows of local array ``a`` (a buffer such as a memoryview: of its NumPy view)."""
+        a = view_buffer(a, "the array")
         if a.shape[0] != self.n_local:
             raise FieldError(f"the array has {a.shape[0]} rows, expected n_local = {self.n_local}")
         return a[: self.n_owned]
 
     def gather(self, a: Any, root: int = 0) -> np.ndarray | None:
         """Collective: on ``root`` an array indexed by global id (ids must be 0..N-1 over all ranks) holding the
-        owned rows of every rank; None elsewhere. Device arrays are copied to the host."""
-        self.comm.rendezvous("gather()")  # a rank that never comes: a timeout, not a hang
-        rows = np.ascontiguousarray(to_host(self.owned(a)))
-        # Every rank checks the ids (unique, so 0..N-1 iff none is >= N), so that all raise, not only root.
-        owned = self.owned_global_ids
-        counts = self.comm.mpi.allgather((len(owned), int(owned.max()) if len(owned) else -1))
-        total, largest = sum(n for n, _ in counts), max(m for _, m in counts)
-        if largest >= total:
-            raise DecompositionError(f"gather needs global ids 0..{total - 1}; id {largest} is larger")
-        pieces = self.comm.mpi.gather((owned, rows), root=root)
+        owned rows of every rank; None elsewhere. Device arrays are copied to the host. Every rank raises the
+        same error if some rank passes a bad array or root, or the ranks pass different dtypes, trailing
+        shapes or roots."""
+        try:
+            root = self.comm.check_root(root, "receives the array")
+            rows = np.ascontiguousarray(to_host(self.owned(a)))
+            check_dtype(rows.dtype, "the array to gather")
+            if self._largest_id >= self._id_count:  # the ids are unique: 0..N-1 iff none is >= N
+                raise DecompositionError(
+                    f"gather needs global ids 0..{self._id_count - 1}; id {self._largest_id} is larger"
+                )
+            problem, signature = None, {"dtype": str(rows.dtype), "trailing shape": rows.shape[1:], "root": root}
+        except Exception as error:  # every rank must hear of it, or the others would wait in the gather
+            problem, signature = error, None
+        self.comm.agree("gather()", signature, problem)
+        pieces = self.comm.mpi.gather((self.owned_global_ids, rows), root=root)
         if pieces is None:
             return None
-        result = np.empty((total, *rows.shape[1:]), dtype=rows.dtype)
-        seen = np.zeros(total, dtype=bool)
+        result = np.empty((self._id_count, *rows.shape[1:]), dtype=rows.dtype)
         for ids, values in pieces:
             result[ids] = values
-            seen[ids] = True
         return result
 
     def scatter(
         self, global_array: np.ndarray | None, root: int = 0, xp: Any = np, order: Literal["C", "F"] = "C"
     ) -> Any:
-        """Collective: a local array whose owned rows come from ``global_array`` (indexed by global id) on
-        ``root``; halo rows are zero until the first exchange."""
-        self.comm.rendezvous("scatter()")  # a rank that never comes: a timeout, not a hang
+        """Collective: a local array whose owned rows come from ``global_array`` (indexed by global id; 1-D, or
+        2-D with levels) on ``root``; halo rows are zero until the first exchange. Only ``root`` needs
+        ``global_array``. Every rank raises the same error if root's array does not fit, some rank passes a
+        bad root, ``xp`` or ``order``, or the ranks pass different roots."""
+        g = None
+        try:
+            root = self.comm.check_root(root, "holds the array")
+            xp = resolve_array_module(xp, ArgumentTypeError)
+            check_order(order)
+            if self.comm.rank == root:
+                g = self._scatter_source(global_array)
+            problem, signature = None, {"root": root}
+        except Exception as error:  # every rank must hear of it, or the others would wait in the scatter
+            problem, signature = error, None
+        self.comm.agree("scatter()", signature, problem)
         ids = self.comm.mpi.gather(self.owned_global_ids, root=root)
-        parts = None
-        if self.comm.rank == root:
-            g = np.asarray(to_host(global_array))
-            parts = [g[rank_ids] for rank_ids in ids]
+        parts = None if g is None else [g[rank_ids] for rank_ids in ids]
         mine = self.comm.mpi.scatter(parts, root=root)
         local = self.zeros(mine.dtype, None if mine.ndim == 1 else mine.shape[1], xp=xp, order=order)
-        local[: self.n_owned] = resolve_array_module(xp, ArgumentTypeError).asarray(mine)
+        local[: self.n_owned] = xp.asarray(mine)
         return local
+
+    def _scatter_source(self, global_array: Any) -> np.ndarray:
+        """Root's ``global_array`` for ``scatter`` as a host array, checked: indexed by global id, 1-D or 2-D."""
+        if global_array is None:
+            raise FieldError("scatter: root passed None; pass the global array, indexed by global id")
+        g = to_host(global_array, "the global array")
+        check_dtype(g.dtype, "the global array")
+        if g.ndim not in (1, 2) or len(g) <= self._largest_id:
+            raise FieldError(
+                f"scatter: the global array on root has shape {tuple(g.shape)}; it is indexed by global id, so it "
+                f"needs {self._largest_id + 1} rows (ids up to {self._largest_id}), and at most one more axis (levels)"
+            )
+        return g
 
     def __repr__(self) -> str:
         peers = len(self._pattern.peers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, TransportError
@@ -22,6 +23,8 @@ _REGISTRY: dict[str, type[Transport]] = {
     "nvshmem": NvshmemTransport,
     "staged": StagedTransport,
 }
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Channel",
@@ -87,20 +90,24 @@ def choose(transport: str | Transport, comm: Communicator, on_device: bool, excl
     out the names in ``exclude``.
     """
     requested(transport)  # raises for what names no transport
+    where = "GPU" if on_device else "host"
     if isinstance(transport, Transport):
-        chosen = transport
+        chosen, why = transport, f"the configured {requested(transport)}"
     elif transport == "auto":
         reasons = available(comm, on_device)
-        usable = [name for name in _preference(on_device) if reasons.get(name) is None and name not in exclude]
+        for name in exclude:  # tried first and found unfit for these arrays
+            reasons[name] = reasons.get(name) or "cannot move these arrays (fell back from it)"
+        usable = [name for name in _preference(on_device) if reasons.get(name) is None]
         if not usable:
             detail = "; ".join(f"{name}: {why}" for name, why in reasons.items())
             raise TransportError(f"no transport can move these fields here ({detail})")
-        chosen = _REGISTRY[usable[0]]()
+        chosen, why = _REGISTRY[usable[0]](), "auto picks " + auto_choice_reason(reasons, on_device)
     else:
-        chosen = _REGISTRY[transport]()
+        chosen, why = _REGISTRY[transport](), "as asked"
     reason = chosen.unusable_reason(comm, on_device)
     if reason is not None:
         raise TransportError(f"transport {chosen.name!r} cannot be used: {reason}")
+    log.info("transport %s for %s arrays: %s", chosen.name, where, why)
     return chosen
 
 

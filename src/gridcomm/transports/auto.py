@@ -15,7 +15,6 @@ construction, as by ``exchange()``.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 import weakref
@@ -27,8 +26,6 @@ from ..comm import Communicator
 from ..errors import ArgumentError
 from .base import Transport
 from .ipc import IpcTransport
-
-log = logging.getLogger(__name__)
 
 #: Transports measured against each other, by label, in order of preference where two are within TIE of each
 #: other: on the GPU the ones that need no host during an exchange (staged and CUDA-aware mpi are never faster

@@ -21,7 +21,7 @@ def plot_tracer(
 ) -> Path:
     """Filled-contour maps (longitude-latitude, degrees) of ``initial`` and ``final`` (and ``final - exact``
     when ``exact`` is given), fields by global id, (V,) or (V, levels) (``level`` is shown). Returns the path."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+    from ...extras import figure
 
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
     # Points near longitude 0 appear again at 360, so that the map closes across the date line.
@@ -36,7 +36,7 @@ def plot_tracer(
     panels = [("initial", pick(initial), "viridis"), ("final", pick(final), "viridis")]
     if exact is not None:
         panels.append(("final - exact", pick(final) - pick(exact), "RdBu_r"))
-    fig = Figure(figsize=(5.0 * len(panels), 3.2), layout="constrained")
+    fig = figure(figsize=(5.0 * len(panels), 3.2), layout="constrained")
     vmax = max(float(np.abs(p[1]).max()) for p in panels[:2]) or 1.0
     for k, (name, values, cmap) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), k + 1)
