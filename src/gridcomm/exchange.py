@@ -160,6 +160,8 @@ class BoundExchange:
     _what: ClassVar[str] = "exchange"
     #: What another rank's error says it rejected ("rank 2 rejected its fields: ...").
     _checked: ClassVar[str] = "fields"
+    #: Transports found unable to move this plan before binding (every rank agreed): auto leaves them out.
+    _unfit: tuple[str, ...] = ()
 
     comm: Communicator
     sources: list[Any]
@@ -285,7 +287,9 @@ class BoundExchange:
         """Collective: bind each usable candidate of ``auto.candidates`` in turn, time the plan's own exchange and
         keep the fastest (or the one remembered for a plan of this shape); False where fewer than two candidates
         can move these fields (the order of preference decides then)."""
-        usable = auto.usable_candidates(available(self.comm, self.on_device), self.on_device)
+        reasons = available(self.comm, self.on_device)
+        reasons.update(dict.fromkeys(self._unfit, "cannot move this plan"))
+        usable = auto.usable_candidates(reasons, self.on_device)
         if len(usable) < 2:
             return False
         key = auto.plan_shape(self.comm, self.layout)

@@ -500,7 +500,8 @@ class Transposer(BoundExchange):
             )
         if transport == "auto":
             log.info("Transposer: %s cannot describe %s; falling back", self.transport.name, problems[0])
-            self.transport = choose("auto", self.comm, False, exclude=(self.transport.name,))
+            self._unfit = (self.transport.name,)  # nor may auto's measurement try it
+            self.transport = choose("auto", self.comm, False, exclude=self._unfit)
             return
         raise PatternError(
             f"transport {self.transport.name!r} copies between the arrays directly and cannot describe {problems[0]}; "
