@@ -26,11 +26,11 @@ import cupy
 import numpy as np
 
 from gridcomm import shmem
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.results import write_results
 from gridcomm.comm import Communicator
 from gridcomm.errors import GridcommTimeout
 from gridcomm.gpu import gpus_in_use, use_local_gpu
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.measure.machine import machine_info
 from gridcomm.waiting import wait_on_stream
 
 ROUNDS = 300

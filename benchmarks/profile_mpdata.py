@@ -9,7 +9,7 @@ import sys
 
 import cupy
 
-from gridcomm.apps.mpdata import setup_mpdata
+from gridcomm.lab.apps.mpdata import setup_mpdata
 
 
 def main() -> None:

@@ -21,12 +21,12 @@ import cupy
 import numpy as np
 
 from gridcomm import CartesianDecomposition, HaloExchanger
-from gridcomm.bench.ceilings import time_exchanger
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.results import write_results
-from gridcomm.bench.transfer import block_transposer
 from gridcomm.comm import Communicator
 from gridcomm.gpu import use_local_gpu
+from gridcomm.lab.bench.ceilings import time_exchanger
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.bench.transfer import block_transposer
+from gridcomm.lab.measure.machine import machine_info
 from gridcomm.launch import run_under_mpiexec, under_launcher
 from gridcomm.transports import IpcTransport
 
@@ -51,7 +51,7 @@ def alltoall_rows(comm: Communicator, sizes: list[int], blocks: list[int], sampl
 
 def launch_floor(comm: Communicator, samples: int) -> list[dict]:
     """A CUDA graph of one tiny kernel, replayed as the exchanges are: the least an exchange can take."""
-    from gridcomm.bench.ceilings import time_gpu
+    from gridcomm.lab.bench.ceilings import time_gpu
 
     one, stream = cupy.zeros(1), cupy.cuda.Stream(non_blocking=True)
     with stream:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from gridcomm.apps.spectral import operands
-from gridcomm.apps.spectral import transform as spectral
-from gridcomm.apps.spectral.dwarf import random_coefficients
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.results import write_results
-from gridcomm.bench.spectral import legendre_flops, matmul_gflops
 from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral import operands
+from gridcomm.lab.apps.spectral import transform as spectral
+from gridcomm.lab.apps.spectral.dwarf import random_coefficients
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.bench.spectral import legendre_flops, matmul_gflops
+from gridcomm.lab.measure.machine import machine_info
 
 MOVES = ("gather", "scatter", "unfold", "fold")
 

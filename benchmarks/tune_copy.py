@@ -27,13 +27,13 @@ from pathlib import Path
 
 import cupy
 
-from gridcomm.bench.ceilings import hbm_copy_gbps, time_gpu_alone
-from gridcomm.bench.halo import HaloCase, pack_unpack_gbps
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.results import write_results
-from gridcomm.bench.transfer import run_transfer
 from gridcomm.comm import Communicator
 from gridcomm.gpu import gpus_in_use, use_local_gpu
+from gridcomm.lab.bench.ceilings import hbm_copy_gbps, time_gpu_alone
+from gridcomm.lab.bench.halo import HaloCase, pack_unpack_gbps
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.bench.transfer import run_transfer
+from gridcomm.lab.measure.machine import machine_info
 from gridcomm.launch import run_under_mpiexec, under_launcher
 from gridcomm.packing import cuda
 from gridcomm.packing.geometry import RunGrid

@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from gridcomm.apps.spectral import fourier as fourier_half
-from gridcomm.apps.spectral.transform import SpectralTransform
-from gridcomm.bench.ceilings import hbm_copy_gbps
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.results import write_results
-from gridcomm.bench.spectral import fft_bytes
 from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral import fourier as fourier_half
+from gridcomm.lab.apps.spectral.transform import SpectralTransform
+from gridcomm.lab.bench.ceilings import hbm_copy_gbps
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.bench.spectral import fft_bytes
+from gridcomm.lab.measure.machine import machine_info
 
 STREAMS = (1, 2, 4, 8)
 #: The fold launch's shapes timed alone: (threads per block, shared memory per block [KiB], fields per block).

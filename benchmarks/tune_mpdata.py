@@ -19,16 +19,16 @@ import math
 from dataclasses import astuple
 from pathlib import Path
 
-from gridcomm.apps.mpdata import cuda_kernels
-from gridcomm.apps.mpdata.cuda_kernels import PHASES, KernelShape
-from gridcomm.apps.mpdata.driver import setup_mpdata
-from gridcomm.bench.ceilings import hbm_copy_gbps, time_gpu
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.mpdata import benchmark_case, kernel_bytes, phase_positions, step_launches
-from gridcomm.bench.results import write_results
 from gridcomm.comm import Communicator
 from gridcomm.gpu import use_local_gpu
 from gridcomm.grids.mesh import MedianDualMesh
+from gridcomm.lab.apps.mpdata import cuda_kernels
+from gridcomm.lab.apps.mpdata.cuda_kernels import PHASES, KernelShape
+from gridcomm.lab.apps.mpdata.driver import setup_mpdata
+from gridcomm.lab.bench.ceilings import hbm_copy_gbps, time_gpu
+from gridcomm.lab.bench.mpdata import benchmark_case, kernel_bytes, phase_positions, step_launches
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.measure.machine import machine_info
 
 
 def numbers(text: str) -> list[int]:

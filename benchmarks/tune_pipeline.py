@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients
-from gridcomm.bench.machine import machine_info
-from gridcomm.bench.results import write_results
 from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.measure.machine import machine_info
 
 STEPS = 10
 

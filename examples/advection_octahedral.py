@@ -6,7 +6,7 @@ upwind on the median-dual mesh of the octahedral grid, partitioned over the rank
 gridcomm.grids gives the mesh (MedianDualMesh), a partition into compact parts (equal_regions) and each part's
 local mesh with one halo layer (LocalMesh: owned nodes first, then the halo); UnstructuredDecomposition turns the
 owned and halo node ids into an exchange pattern. The scheme is the few lines of ``Upwind``. Each node sums its
-edges' fluxes in ascending global edge id on any part (the node-to-edge table of gridcomm.apps.mpdata), every other
+edges' fluxes in ascending global edge id on any part (the node-to-edge table of gridcomm.lab.apps.mpdata), every other
 operation is elementwise, so rank 0's serial run must agree bit for bit. Arrays are CuPy on a GPU (one rank per
 GPU), NumPy otherwise; the tracer has a few levels, which travel with each node in the same messages.
 """
@@ -21,8 +21,8 @@ import numpy as np
 from common import parser, say, time_per_step, usable_cupy, verdict
 
 import gridcomm
-from gridcomm.apps.mpdata import node_edge_table
 from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
+from gridcomm.lab.apps.mpdata import node_edge_table
 
 DAY_S = 86400.0
 COURANT = 0.9  # upwind is stable while no cell sends out more than it holds in a step

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gridcomm
-from gridcomm.arrays import cupy_or_none
-from gridcomm.gpu import gpu_count
+from gridcomm.device import cupy_or_none, gpu_count
 
 
 def need(module: str) -> types.ModuleType:

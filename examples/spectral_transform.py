@@ -1,5 +1,5 @@
 """Spherical-harmonic transforms of real fields over the ranks: grid values on the octahedral grid to spectral
-coefficients and back, with gridcomm.apps.spectral.
+coefficients and back, with gridcomm.lab.apps.spectral.
 
     mpiexec -n 4 python examples/spectral_transform.py [--quick] [--cpu] [--grid O160]
 
@@ -21,8 +21,8 @@ import numpy as np
 from common import parser, say, time_per_step, usable_cupy, verdict
 
 import gridcomm
-from gridcomm.apps.spectral import DistributedTransform, SpectralTransform, coefficient_index
 from gridcomm.grids import OctahedralGrid
+from gridcomm.lab.apps.spectral import DistributedTransform, SpectralTransform, coefficient_index
 
 # Relative to the largest value. Distributed vs serial: the same sums in other orders, round-off (a few 1e-17).
 SERIAL_TOLERANCE = 1e-12

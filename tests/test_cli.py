@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gridcomm import __version__
-from gridcomm.cli import common
-from gridcomm.cli.main import app
+from gridcomm.lab import console as lab_console
+from gridcomm.lab.cli import common
+from gridcomm.lab.cli.main import app
 
 pytestmark = pytest.mark.mpi
 
@@ -225,7 +226,7 @@ def test_help_texts_hold_no_square_brackets():
     """rich reads [text] in a help string as markup and drops it: units such as [s] vanished from --help."""
     import typer
 
-    from gridcomm.cli.main import app
+    from gridcomm.lab.cli.main import app
 
     def walk(command, path):
         yield path, command.help or ""
@@ -322,8 +323,8 @@ def test_every_dwarf_takes_np():
 
 def test_line_progress_where_the_output_is_no_terminal(capsys, monkeypatch):
     """rich's bar draws nothing off a terminal: a report ran 53 s without a line; now one per part."""
-    monkeypatch.setattr(common._LineProgress.__init__, "__defaults__", (0.0,))  # a line on every update
-    with common.progress(True) as bar:
+    monkeypatch.setattr(lab_console._LineProgress.__init__, "__defaults__", (0.0,))  # a line on every update
+    with lab_console.progress(True) as bar:
         task = bar.add_task("cases", total=3)
         bar.advance(task)
         bar.update(task, description="cases, the last", completed=3)
@@ -333,7 +334,7 @@ def test_line_progress_where_the_output_is_no_terminal(capsys, monkeypatch):
     assert [re.sub(r" \(\d+ s\)$", "", line) for line in said] == [
         "cases: 0/3", "cases: 1/3", "cases, the last: 3/3", "[1/2] halo (~3 s):", "[1/2] halo (~3 s):"
     ]  # fmt: skip
-    with common.progress(False) as bar:  # the other ranks
+    with lab_console.progress(False) as bar:  # the other ranks
         bar.advance(bar.add_task("cases", total=3))
     assert capsys.readouterr().out == ""
 
@@ -347,7 +348,7 @@ def test_shares_add_up_to_100(values):
 
 def test_the_spectral_split_is_one_ranks_and_adds_up_to_its_step():
     """Each phase on its own slowest rank added up to 111 % of the step; the slowest rank's own split adds up."""
-    from gridcomm.apps.spectral.dwarf import _splits
+    from gridcomm.lab.apps.spectral.dwarf import _splits
 
     ranks = [(2.0, {"legendre": 0.5, "fft": 1.0, "transposition": 0.4}), (3.0, {"legendre": 1.0, "fft": 0.5,
              "transposition": 1.2})]  # fmt: skip
@@ -388,7 +389,7 @@ def test_ranks_started_from_a_terminal_are_told_its_width(monkeypatch):
 def test_a_dwarf_run_in_this_process_exits_with_its_status(monkeypatch):
     """`gridcomm run stencil2d --np 1` runs the dwarf here: its exit status 1 (a result unlike the serial run's)
     came back as 0."""
-    import gridcomm.apps.stencil2d as stencil2d
+    import gridcomm.lab.apps.stencil2d as stencil2d
 
     differs = {
         "global_shape": (8, 8), "proc_grid": (1, 1), "ranks": 1, "halo": 1, "steps": 1, "mode": "traditional",

@@ -18,6 +18,7 @@ import pytest
 
 import gridcomm
 import gridcomm.comm
+import gridcomm.timeouts
 import gridcomm.log
 from gridcomm import FieldError, GridcommTimeout, HaloExchanger, MissingDependencyError, OversubscriptionWarning
 from gridcomm.transports import choose
@@ -122,7 +123,7 @@ def test_the_transport_chosen_and_why_are_logged(decompose, caplog):
 def test_a_timeout_is_logged(caplog):
     timeout = GridcommTimeout("halo exchange #3", 0, (1,), 2.0)
     with caplog.at_level(logging.WARNING, logger="gridcomm"), pytest.raises(GridcommTimeout):
-        gridcomm.comm.give_up(timeout, None, "raise")
+        gridcomm.timeouts.give_up(timeout, None, "raise")
     assert [r.getMessage() for r in caplog.records] == [f"{timeout} (on_timeout='raise')"]
 
 
@@ -164,7 +165,7 @@ def test_an_unknown_gridcomm_log_level_warns_and_changes_nothing(log_handler):
 
 def test_a_missing_plot_extra_is_named(monkeypatch, tmp_path):
     """Without matplotlib a plot raises MissingDependencyError (an ImportError too) naming gridcomm[plot]."""
-    from gridcomm.bench.stencil2d import plot_stencil2d
+    from gridcomm.lab.bench.stencil2d import plot_stencil2d
 
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 import gridcomm
-from gridcomm.cli.main import app
+from gridcomm.lab.cli.main import app
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -140,7 +140,7 @@ from mpi4py import MPI
 
 blocks = json.loads(open(sys.argv[1]).read())
 for i, block in enumerate(blocks):
-    if "import cupy" in block and not gridcomm.gpu.gpu_count():
+    if "import cupy" in block and not gridcomm.device.gpu_count():
         print(f"snippet {i}: skipped (no GPU)", flush=True)
         continue
     exec(compile(block, f"README.md, python block {i}", "exec"), {"__name__": "__main__"})

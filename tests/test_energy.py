@@ -1,11 +1,11 @@
-"""gridcomm.bench.energy: joules summed over distinct GPUs (ranks sharing one count it once), watts, and a
+"""gridcomm.lab.measure.energy: joules summed over distinct GPUs (ranks sharing one count it once), watts, and a
 reason instead of a figure where NVML's counter cannot be read (this machine: no GPU)."""
 
 from __future__ import annotations
 
 import pytest
 
-import gridcomm.bench.energy as energy
+import gridcomm.lab.measure.energy as energy
 from gridcomm import Communicator
 
 

@@ -11,6 +11,7 @@ from harness import describe_mismatch, expected_cells, local_with_sentinel, rand
 
 import gridcomm
 import gridcomm.comm
+import gridcomm.mpilib
 import gridcomm.shmem
 from gpu_support import gpu_count, needs_gpus
 from gridcomm import FieldError, GridcommError, HaloExchanger, TransportError
@@ -192,13 +193,13 @@ def test_host_and_device_fields_in_one_exchanger(cupy, decompose):
 
 def test_device_fields_on_a_non_cuda_aware_mpi(cupy, decompose, monkeypatch):
     monkeypatch.setenv("GRIDCOMM_MPI_CUDA_AWARE", "0")
-    gridcomm.comm.mpi_cuda_aware.cache_clear()
+    gridcomm.mpilib.mpi_cuda_aware.cache_clear()
     try:
         d = decompose((8, 8), halo=1)
         with pytest.raises(TransportError, match="not CUDA-aware"):
             HaloExchanger(d, d.zeros(xp=cupy), "mpi")
     finally:
-        gridcomm.comm.mpi_cuda_aware.cache_clear()
+        gridcomm.mpilib.mpi_cuda_aware.cache_clear()
 
 
 @needs_gpus(2)

@@ -1,4 +1,4 @@
-"""Gauss-Legendre quadrature and normalised associated Legendre functions (gridcomm.apps.spectral.legendre)."""
+"""Gauss-Legendre quadrature and normalised associated Legendre functions (gridcomm.lab.apps.spectral.legendre)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gridcomm import GridcommError
-from gridcomm.apps.spectral.legendre import (
+from gridcomm.lab.apps.spectral.legendre import (
     gauss_legendre,
     gauss_legendre_colatitudes,
     legendre_functions,

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_mpi
-from gridcomm.apps.mpdata import (
+from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
+from gridcomm.lab.apps.mpdata import (
     CosineBell,
     Mpdata,
     benchmark_mpdata,
@@ -23,7 +24,6 @@ from gridcomm.apps.mpdata import (
     run_mpdata,
     setup_mpdata,
 )
-from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
 
 PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "mpdata_ranks.py"
 MESH4 = MedianDualMesh(4)  # built once: the argument fuzzing below makes many solvers on it
@@ -154,7 +154,7 @@ RUN_FAULTS = [
 @pytest.mark.parametrize(("argument", "value", "error", "word"), RUN_FAULTS)
 def test_run_refuses_bad_arguments(argument, value, error, word, monkeypatch):
     from gridcomm import errors
-    from gridcomm.apps.mpdata import driver
+    from gridcomm.lab.apps.mpdata import driver
 
     def no_mesh(*args, **kwargs):
         raise AssertionError("the mesh was built before the arguments were checked")

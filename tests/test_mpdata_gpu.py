@@ -16,8 +16,9 @@ import pytest
 
 from conftest import run_mpi
 from gpu_support import gpu_count, needs_gpus
-from gridcomm.apps.mpdata import MeshTables, node_edge_table, setup_mpdata
-from gridcomm.apps.mpdata.cuda_kernels import (
+from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
+from gridcomm.lab.apps.mpdata import MeshTables, node_edge_table, setup_mpdata
+from gridcomm.lab.apps.mpdata.cuda_kernels import (
     KernelShape,
     common_degree,
     edge_codes,
@@ -25,8 +26,7 @@ from gridcomm.apps.mpdata.cuda_kernels import (
     run_start,
     slot_table,
 )
-from gridcomm.bench.mpdata import kernel_bytes
-from gridcomm.grids import LocalMesh, MedianDualMesh, equal_regions
+from gridcomm.lab.bench.mpdata import kernel_bytes
 
 PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "mpdata_ranks.py"
 needs_gpu = needs_gpus(1)
@@ -178,7 +178,7 @@ def test_gpu_graphs_refuse_a_transport_that_needs_the_host():
 
 GRAPH_REFUSAL = """
 import cupy, gridcomm
-from gridcomm.apps.mpdata import setup_mpdata
+from gridcomm.lab.apps.mpdata import setup_mpdata
 try:
     setup_mpdata(gridcomm.Communicator(), "O8", xp=cupy, transport="staged", graphs=True)
 except ValueError as error:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gridcomm.bench.mpdata_plot import plot_mpdata
+from gridcomm.lab.bench.mpdata_plot import plot_mpdata
 
 PNG = b"\x89PNG\r\n\x1a\n"
 KERNELS = ("upwind/inner", "upwind/halo", "antidiffusive", "limiter")

@@ -99,7 +99,7 @@ def test_kernel_sources_ship_beside_the_modules():
     assert (package / "apps" / "stencil2d" / "jacobi2d_nvshmem.cu").exists()
     assert (package / "packing" / "kernels" / "gpu_waits.cuh").exists()
     # the paths the transport and the stencil modes build from
-    from gridcomm.apps.stencil2d import shmem_kernel
+    from gridcomm.lab.apps.stencil2d import shmem_kernel
     from gridcomm.transports import nvshmem
 
     assert nvshmem.SOURCE.exists() and shmem_kernel.SOURCE.exists()

@@ -15,8 +15,8 @@ import pytest
 
 from conftest import MPIEXEC, PROGRAMS, needs_mpiexec, run_mpi
 from gpu_support import gpu_count, needs_gpus
-from gridcomm.comm import check_on_timeout, check_timeout
 from gridcomm.errors import ArgumentError, ArgumentTypeError
+from gridcomm.timeouts import check_on_timeout, check_timeout
 from gridcomm.validate import check_validate
 
 RANKS = 4

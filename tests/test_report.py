@@ -18,16 +18,16 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import TESTS, needs_mpiexec
-from gridcomm.bench import seeds
-from gridcomm.cli.main import app
 from gridcomm.errors import ArgumentError
-from gridcomm.report import run as run_module
-from gridcomm.report import suite
-from gridcomm.report.compare import write_compare
-from gridcomm.report.figures import number
-from gridcomm.report.render import write_report
-from gridcomm.report.run import run_suite
-from gridcomm.report.suite import Invocation
+from gridcomm.lab.bench import seeds
+from gridcomm.lab.cli.main import app
+from gridcomm.lab.report import run as run_module
+from gridcomm.lab.report import suite
+from gridcomm.lab.report.compare import write_compare
+from gridcomm.lab.report.figures import number
+from gridcomm.lab.report.render import write_report
+from gridcomm.lab.report.run import run_suite
+from gridcomm.lab.report.suite import Invocation
 from test_cli import gridcomm
 
 RESULTS = TESTS.parent / "benchmarks" / "results"
@@ -116,7 +116,7 @@ def test_suites_fit_their_machine_class_and_budget():
     ranks = {(i.key, i.args[1]): i.args[3] for i in several}
     assert ranks[("p2p", "p2p")] == "2" and ranks[("alltoall", "alltoall")] == "4" and ranks[("halo", "halo")] == "4"
     assert ranks[("mpdata-1gpu", "mpdata")] == "1" and ranks[("mpdata", "mpdata")] == "4"
-    # The budgets of the issue, on the estimates (module docstring of gridcomm.report.suite: where they come from).
+    # The budgets of the issue, on the estimates (module docstring of gridcomm.lab.report.suite: where they come from).
     assert suite.estimate(suite.select(suite.GPUS, True, 2, False)) < 120
     assert suite.estimate(suite.select(suite.GPUS, False, 2, False)) < 600
     # CUDA-aware MPI is measured beside the others only where MPI is CUDA-aware.
@@ -273,11 +273,11 @@ def test_bad_compare_folders_and_options_are_clear_errors_not_tracebacks(tmp_pat
                            str(tmp_path)], capture_output=True, text=True, timeout=60)  # fmt: skip
     out = flat(proc.stdout + proc.stderr)
     assert proc.returncode == 2 and "gone' is not a folder" in out and "Traceback" not in out, out
-    monkeypatch.setattr("gridcomm.report.probe.gpus_found", lambda: 1)  # as on a machine with one GPU
+    monkeypatch.setattr("gridcomm.lab.report.probe.gpus_found", lambda: 1)  # as on a machine with one GPU
     result = CliRunner().invoke(app, ["report", "--gpu", "--np", "2", "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "--np 2 but 1 GPU(s) found" in flat(result.output), result.output
     assert not (tmp_path / "r").exists()
-    monkeypatch.setattr("gridcomm.report.probe.gpus_found", lambda: 0)
+    monkeypatch.setattr("gridcomm.lab.report.probe.gpus_found", lambda: 0)
     result = CliRunner().invoke(app, ["report", "--gpu"])
     assert result.exit_code == 2 and "no GPU found" in flat(result.output) and "--cpu" in result.output
     result = CliRunner().invoke(app, ["report", "--quick", "--compare", str(tmp_path), str(tmp_path)])
@@ -372,7 +372,7 @@ def test_halo_plot_of_one_rank_has_an_axis_it_can_draw(tmp_path):
     the plot draws against the points per rank side instead (matplotlib warned and drew nothing before)."""
     import warnings
 
-    from gridcomm.bench.results import halo_axis, plot_halo_gpu
+    from gridcomm.lab.bench.results import halo_axis, plot_halo_gpu
 
     path = next(RESULTS.glob("report-gpu-1r-*/raw/halo-gpu-1r-*.json"))
     payload = json.loads(path.read_text())

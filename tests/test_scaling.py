@@ -1,4 +1,4 @@
-"""The scaling model (gridcomm.bench.scaling, docs/scaling.md): its link arithmetic, each dwarf's prediction, the
+"""The scaling model (gridcomm.lab.bench.scaling, docs/scaling.md): its link arithmetic, each dwarf's prediction, the
 inputs read from the committed result files, the comparison with the points measured on 2 GPUs, and the
 command that prints and stores it all."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gridcomm.bench import scaling
-from gridcomm.cli import app
+from gridcomm.lab.bench import scaling
+from gridcomm.lab.cli import app
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 M = scaling.Machine(nvlink_GBps=400.0, nvlink_latency_s=8e-6, network_GBps=50.0, network_latency_s=10e-6)

@@ -12,6 +12,7 @@ from harness import DTYPES, TRANSPORT_CHOICES, describe_mismatch, expected_cells
 
 import gridcomm
 import gridcomm.comm
+import gridcomm.mpilib
 from gridcomm import (
     DecompositionError,
     FieldError,
@@ -39,9 +40,9 @@ class FakeDeviceArray:
 @pytest.fixture
 def fresh_cuda_query(monkeypatch):
     """mpi_cuda_aware() is functools.cache'd: clear it before and after the test."""
-    gridcomm.comm.mpi_cuda_aware.cache_clear()
+    gridcomm.mpilib.mpi_cuda_aware.cache_clear()
     yield monkeypatch
-    gridcomm.comm.mpi_cuda_aware.cache_clear()
+    gridcomm.mpilib.mpi_cuda_aware.cache_clear()
 
 
 def test_mpi_runs_as_a_singleton_here():
@@ -180,7 +181,7 @@ def test_scatter_of_wrong_global_shape(decompose):
 
 @pytest.mark.parametrize("transport", ["mpi", "auto", *sorted(k for k in TRANSPORT_CHOICES if "/" in k)])
 def test_device_memory_needs_cuda_aware_mpi(decompose, transport):
-    assert gridcomm.comm.mpi_cuda_aware() is False  # the MPICH wheel is not built with CUDA
+    assert gridcomm.mpilib.mpi_cuda_aware() is False  # the MPICH wheel is not built with CUDA
     d = decompose((6, 5), halo=1, periodic=True)
     with pytest.raises(TransportError, match="CUDA-aware"):
         HaloExchanger(d, FakeDeviceArray(d.local_shape), TRANSPORT_CHOICES[transport])
@@ -202,13 +203,13 @@ def test_transport_error_only_suggests_transports_that_exist(decompose):
 
 def test_cuda_aware_override_is_honoured(fresh_cuda_query):
     fresh_cuda_query.setenv("GRIDCOMM_MPI_CUDA_AWARE", "0")
-    assert gridcomm.comm.mpi_cuda_aware() is False
-    gridcomm.comm.mpi_cuda_aware.cache_clear()
+    assert gridcomm.mpilib.mpi_cuda_aware() is False
+    gridcomm.mpilib.mpi_cuda_aware.cache_clear()
     fresh_cuda_query.setenv("GRIDCOMM_MPI_CUDA_AWARE", "1")
-    assert gridcomm.comm.mpi_cuda_aware() is True
-    gridcomm.comm.mpi_cuda_aware.cache_clear()
+    assert gridcomm.mpilib.mpi_cuda_aware() is True
+    gridcomm.mpilib.mpi_cuda_aware.cache_clear()
     fresh_cuda_query.delenv("GRIDCOMM_MPI_CUDA_AWARE")
-    assert gridcomm.comm.mpi_cuda_aware() is False  # asked MPI itself
+    assert gridcomm.mpilib.mpi_cuda_aware() is False  # asked MPI itself
 
 
 def test_cuda_aware_override_zero_refuses_device_fields(fresh_cuda_query, decompose):

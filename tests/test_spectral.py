@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 from conftest import needs_mpiexec
-from gridcomm.apps.spectral import (
+from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral import (
     SpectralTransform,
     coefficient_count,
     coefficient_index,
     row_bands,
     wavenumber_sets,
 )
-from gridcomm.apps.spectral.fourier import folding_table, plan_folding
-from gridcomm.apps.spectral.legendre import legendre_functions
-from gridcomm.apps.spectral.transform import MAX_BUCKETS
-from gridcomm.bench.spectral import ducc0_geometry
-from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral.fourier import folding_table, plan_folding
+from gridcomm.lab.apps.spectral.legendre import legendre_functions
+from gridcomm.lab.apps.spectral.transform import MAX_BUCKETS
+from gridcomm.lab.bench.spectral import ducc0_geometry
 
 GRIDS = [16, 24, 32, 64]
 
@@ -361,8 +361,8 @@ def test_one_rank_has_no_transposition():
     """On one rank the Legendre and Fourier sides are one array and nothing is transposed (transport "none");
     the distributed transform still equals the whole one, and a transport that names nothing is still refused."""
     import gridcomm
-    from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients
     from gridcomm.errors import TransportError
+    from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients
 
     with gridcomm.Communicator() as comm:
         with DistributedTransform(comm, "O24", batch=2, transport="staged") as dist:
@@ -380,8 +380,8 @@ def test_one_rank_has_no_transposition():
 def test_pipeline_is_checked():
     """The pipeline takes a whole number of groups; on one rank, which transposes nothing, it is one group."""
     import gridcomm
-    from gridcomm.apps.spectral.dwarf import DistributedTransform
     from gridcomm.errors import ArgumentError, ArgumentTypeError
+    from gridcomm.lab.apps.spectral.dwarf import DistributedTransform
 
     with gridcomm.Communicator() as comm:
         with pytest.raises(ArgumentError, match="pipeline=0"):
@@ -398,8 +398,8 @@ def test_product_clock_times_the_legendre_products_alone(monkeypatch):
     of that is counted."""
     import time
 
-    from gridcomm.apps.spectral import operands
-    from gridcomm.apps.spectral.transform import ProductClock
+    from gridcomm.lab.apps.spectral import operands
+    from gridcomm.lab.apps.spectral.transform import ProductClock
 
     transform = SpectralTransform(24)
     clock = transform.product_clock = ProductClock(np)
@@ -427,7 +427,7 @@ def test_product_clock_times_the_legendre_products_alone(monkeypatch):
 def test_run_spectral_splits_the_legendre_phase():
     """run_spectral's Legendre phase holds its matrix products (``legendre_products_s``) and the moves."""
     import gridcomm
-    from gridcomm.apps.spectral.dwarf import run_spectral
+    from gridcomm.lab.apps.spectral.dwarf import run_spectral
 
     with gridcomm.Communicator() as comm:
         r = run_spectral(comm, "O24", levels=2, fields=2, steps=2)

@@ -14,9 +14,9 @@ import pytest
 
 import gridcomm
 from gpu_support import gpu_count, needs_gpus
-from gridcomm.apps.spectral import SpectralTransform, coefficient_index, row_bands, wavenumber_sets
-from gridcomm.apps.spectral.dwarf import random_coefficients, run_spectral
 from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral import SpectralTransform, coefficient_index, row_bands, wavenumber_sets
+from gridcomm.lab.apps.spectral.dwarf import random_coefficients, run_spectral
 
 pytestmark = [pytest.mark.gpu, needs_gpus(1)]
 
@@ -142,7 +142,7 @@ def test_graph_replays_equal_the_eager_transform_bit_for_bit(cupy, transport, ff
     bits, for new coefficients at every call (the graphs read the same buffers); with 4 FFT streams the row
     groups run as parallel graph branches. One rank has no transposition to capture, whatever the transport
     (the Transposer's own GPU suite captures every transport)."""
-    from gridcomm.apps.spectral.dwarf import DistributedTransform
+    from gridcomm.lab.apps.spectral.dwarf import DistributedTransform
 
     with (
         gridcomm.Communicator() as comm,
@@ -164,7 +164,7 @@ def test_graph_replays_equal_the_eager_transform_bit_for_bit(cupy, transport, ff
 
 
 def test_graphs_need_the_gpu():
-    from gridcomm.apps.spectral.dwarf import DistributedTransform
+    from gridcomm.lab.apps.spectral.dwarf import DistributedTransform
 
     with gridcomm.Communicator() as comm, pytest.raises(ValueError, match="xp=cupy"):
         DistributedTransform(comm, "O16", graphs=True)
@@ -176,7 +176,7 @@ def test_fold_and_pick_equal_the_host(cupy, monkeypatch, shared_kib):
     same bins by the same factors (bit for bit), on short rows that fold many wavenumbers onto each bin, on rows
     just too short to hold them all, and on simple rows (index-free); with 200 KiB of staging per block the fold
     opts in to more shared memory than a launch gets by default (the path of very long rows of wavenumbers)."""
-    from gridcomm.apps.spectral import fourier
+    from gridcomm.lab.apps.spectral import fourier
 
     monkeypatch.setattr(fourier, "FOLD_SHARED_BYTES", shared_kib * 1024)
     geometry = fourier.RowGeometry.of(np.array([20, 24, 1276, 1278, 1280, 2576, 20]))

@@ -1,4 +1,4 @@
-"""The 2-D Jacobi dwarf (gridcomm.apps.stencil2d): the NumPy update against a naive loop, the fixed boundary,
+"""The 2-D Jacobi dwarf (gridcomm.lab.apps.stencil2d): the NumPy update against a naive loop, the fixed boundary,
 every mode on 1 to 4 ranks bitwise equal to the serial run, clear errors, the command line, the benchmark, the
 CUDA source (compiled with nvcc where it exists) and, on a GPU machine, every mode on the GPU."""
 
@@ -16,7 +16,7 @@ import pytest
 from conftest import run_mpi
 from gpu_support import gpu_count, needs_gpus
 from gridcomm import GridcommError, shmem
-from gridcomm.apps.stencil2d import (
+from gridcomm.lab.apps.stencil2d import (
     Rect,
     Stencil2D,
     StencilError,
@@ -26,9 +26,9 @@ from gridcomm.apps.stencil2d import (
     split_region,
     update_region,
 )
-from gridcomm.apps.stencil2d.config import SHMEM_MODES
-from gridcomm.apps.stencil2d.cuda_kernel import block_shape, launch_geometry
-from gridcomm.bench.stencil2d import SEED_004_US, benchmark_stencil2d, plot_stencil2d
+from gridcomm.lab.apps.stencil2d.config import SHMEM_MODES
+from gridcomm.lab.apps.stencil2d.cuda_kernel import block_shape, launch_geometry
+from gridcomm.lab.bench.stencil2d import SEED_004_US, benchmark_stencil2d, plot_stencil2d
 
 PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "stencil2d_ranks.py"
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "gridcomm" / "apps" / "stencil2d" / "jacobi2d.cu"

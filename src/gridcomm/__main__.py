@@ -1,3 +1,3 @@
-from .cli import main
+from .lab.cli import main
 
 main()

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .device import cupy_or_none, gpu_count
 from .errors import ArgumentError, ArgumentTypeError, FieldError
 
 # DLPack device types (dlpack.h): CPU, CUDA, CUDA pinned host memory, CUDA managed memory.
@@ -51,15 +52,6 @@ def is_device_array(obj: Any) -> bool:
             return False
         return kind in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED)
     return False
-
-
-def cupy_or_none() -> types.ModuleType | None:
-    """The cupy module when it is installed and a GPU is usable, else None."""
-    try:
-        import cupy
-    except Exception:
-        return None
-    return cupy
 
 
 def as_array(obj: Any, what: str) -> Any:
@@ -178,8 +170,6 @@ def to_host(a: Any, what: str = "the array") -> np.ndarray:
 def resolve_array_module(xp: Any, error: type[Exception] = ValueError) -> types.ModuleType:
     """The array module for ``xp``: numpy or cupy (the module or its name); None means cupy when a GPU is
     usable. Raises ``error`` saying what is wrong: another module, CuPy missing, or no GPU visible."""
-    from .gpu import gpu_count
-
     if xp is None:
         return resolve_array_module("cupy" if gpu_count() else "numpy", error)
     name = xp if isinstance(xp, str) else xp.__name__ if isinstance(xp, types.ModuleType) else None

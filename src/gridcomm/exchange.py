@@ -16,12 +16,14 @@ from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
 
+from .agreement import gather_or_raise
 from .arrays import array_list, array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
-from .comm import Communicator, check_on_timeout, check_timeout, gather_or_raise, give_up
+from .comm import Communicator
 from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeout, PatternError, TransportError
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
 from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
+from .timeouts import check_on_timeout, check_timeout, give_up
 from .transports import Transport, auto, auto_choice_reason, available, choose, requested
 from .transports.auto import auto_measurement
 from .validate import ExchangeValidator, check_validate

@@ -1,4 +1,5 @@
-"""GPU helpers: which GPU a rank uses, and what the GPUs of a node can do for each other."""
+"""GPU helpers over a communicator: which GPU a rank uses, and what the GPUs of a node can do for each other.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +8,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .arrays import cupy_or_none
 from .comm import Communicator
+from .device import cupy_or_none, gpu_count
 from .errors import DeviceError
 from .kernel_text import include_folders, kernel_text
-
-
-def gpu_count() -> int:
-    """CUDA devices visible to this process (0 without CuPy or a driver)."""
-    cupy = cupy_or_none()
-    if cupy is None:
-        return 0
-    try:
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
 
 
 def use_local_gpu(comm: Communicator | None = None) -> int:

@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .comm import Communicator, raise_if_any
+from .agreement import raise_if_any
+from .comm import Communicator
+from .device import gpu_count
 from .errors import DeviceError, TransportError
-from .gpu import gpu_count
 from .kernel_text import headers_digest
 from .launch import ONE_CPU_ADVICE
 

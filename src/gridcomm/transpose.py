@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import array_list, as_array, check_dtype, check_writable, cupy_or_none, memory_order
+from .arrays import array_list, as_array, check_dtype, check_writable, memory_order
 from .comm import Communicator
+from .device import cupy_or_none
 from .errors import FieldError, GridcommError, PatternError
 from .exchange import (
     BoundExchange,

@@ -182,9 +182,9 @@ def check_field_counts_differ_between_ranks(comm):
 def check_device_memory_needs_cuda_aware_mpi(comm):
     """This MPICH is not CUDA-aware: device fields with transport 'mpi' (or auto, or a configured
     MpiTransport) raise TransportError on every rank, before the fake pointer is ever used."""
-    import gridcomm.comm
+    import gridcomm.mpilib
 
-    assert gridcomm.comm.mpi_cuda_aware() is False, "expected the PyPI MPICH not to be CUDA-aware"
+    assert gridcomm.mpilib.mpi_cuda_aware() is False, "expected the PyPI MPICH not to be CUDA-aware"
     d = _local(comm)
     for name, transport in TRANSPORT_CHOICES.items():
         # cma reads host memory only; every MPI transport must say that this MPI is not CUDA-aware.

@@ -27,10 +27,10 @@ import numpy as np
 from checks_fuzz import BAD_COMMS, Case, Constructor, Fault, communicator, fuzz, maybe_fault, release
 from hypothesis import strategies as st
 
-from gridcomm.apps.spectral import SpectralTransform
-from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients
-from gridcomm.apps.spectral.transform import coefficient_index
 from gridcomm.grids.octahedral import OctahedralGrid
+from gridcomm.lab.apps.spectral import SpectralTransform
+from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients
+from gridcomm.lab.apps.spectral.transform import coefficient_index
 
 TOLERANCE = 1e-12  # relative, against the largest value: the transforms' round-off at these sizes is ~1e-14
 

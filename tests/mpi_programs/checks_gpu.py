@@ -22,7 +22,7 @@ from harness import (
 )
 
 from gridcomm import CartesianDecomposition, GridcommError, GridcommTimeout, HaloExchanger, shmem
-from gridcomm.apps.stencil2d import Stencil2D
+from gridcomm.lab.apps.stencil2d import Stencil2D
 
 GRAPH_TRANSPORTS = ("nccl", "ipc")
 NVSHMEM_USABLE = shmem.unavailable_reason() is None

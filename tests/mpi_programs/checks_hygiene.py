@@ -63,7 +63,7 @@ from gridcomm import (
     Transposer,
     UnstructuredDecomposition,
 )
-from gridcomm.bench.soak import resident_bytes
+from gridcomm.lab.bench.soak import resident_bytes
 
 CYCLES = 1000  # exchangers (and, separately, transposers) made, used once and closed per measuring check
 # Of each of the other resource holders (DistributedTransform, Stencil2D, Communicator).
@@ -592,7 +592,7 @@ def check_closed_objects_hold_no_buffers(comm):
 
 
 def _transform(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
-    from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients
+    from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients
 
     dist = DistributedTransform(comm, 8, batch=2)
     coefficients = random_coefficients(dist.truncation, dist.wavenumbers, 2)
@@ -600,7 +600,7 @@ def _transform(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
 
 
 def _stencil(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
-    from gridcomm.apps.stencil2d import Stencil2D
+    from gridcomm.lab.apps.stencil2d import Stencil2D
 
     return Stencil2D(comm, 8, xp="cupy" if ON_GPU else "numpy", transport="auto"), lambda s: s.step(2)
 
@@ -611,7 +611,7 @@ def _communicator(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
 
 def _persistent_stencil(comm: Communicator) -> tuple[Any, Callable[[Any], Any]]:
     """The persistent mode: symmetric fields, signals and lines (gridcomm.shmem's count of live allocations)."""
-    from gridcomm.apps.stencil2d import Stencil2D
+    from gridcomm.lab.apps.stencil2d import Stencil2D
 
     return Stencil2D(comm, 8, xp="cupy", mode="persistent"), lambda s: s.step(2)
 

@@ -10,8 +10,8 @@ import numpy as np
 from harness import ON_GPU, assert_everywhere, ranks
 
 from gridcomm import Communicator
-from gridcomm.apps.spectral import SpectralTransform, coefficient_count, wavenumber_sets
-from gridcomm.apps.spectral.dwarf import DistributedTransform, random_coefficients, run_spectral
+from gridcomm.lab.apps.spectral import SpectralTransform, coefficient_count, wavenumber_sets
+from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients, run_spectral
 
 
 def _compare(got, want, what: str) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import gridcomm
+import gridcomm.mpilib
 import gridcomm.shmem
 from gridcomm.transports import IpcTransport, MpiTransport, StagedTransport
 
@@ -43,7 +44,7 @@ if ON_GPU:
     TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
     # Messages of more than one chunk (the suites' are smaller than a default chunk): the pipelined path.
     TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)
-    if gridcomm.comm.mpi_cuda_aware():
+    if gridcomm.mpilib.mpi_cuda_aware():
         TRANSPORTS["mpi"] = "mpi"
     if gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem] installed
         TRANSPORTS["nvshmem"] = "nvshmem"

@@ -18,7 +18,8 @@ import numpy as np
 from harness import run_program
 
 import gridcomm
-from gridcomm.apps.mpdata import run_mpdata
+import gridcomm.mpilib
+from gridcomm.lab.apps.mpdata import run_mpdata
 
 
 def gpu_cases(comm: gridcomm.Communicator) -> list[dict[str, object]]:
@@ -31,7 +32,7 @@ def gpu_cases(comm: gridcomm.Communicator) -> list[dict[str, object]]:
     names = ["staged", "ipc", "host", "auto"]
     if gpus_in_use(comm) == comm.size:
         names.append("nccl")  # NCCL refuses two ranks on one GPU
-    if gridcomm.comm.mpi_cuda_aware():
+    if gridcomm.mpilib.mpi_cuda_aware():
         names.append("mpi")
     if comm.size == 1:
         names.append("none")

@@ -16,7 +16,7 @@ from harness import run_program
 
 import gridcomm
 import gridcomm.shmem
-from gridcomm.apps.stencil2d import Stencil2D, StencilError, compare, reference_run, run_stencil2d
+from gridcomm.lab.apps.stencil2d import Stencil2D, StencilError, compare, reference_run, run_stencil2d
 
 CPU_CASES = [  # (mode, n, steps, dtype, halo)
     (mode, n, steps, dtype, halo)

@@ -26,8 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..agreement import raise_if_any
 from ..arguments import whole_number
-from ..comm import Communicator, raise_if_any
+from ..comm import Communicator
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
 from ..packing.cuda import (

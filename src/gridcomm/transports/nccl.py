@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..comm import Communicator
+from ..device import gpu_count
 from ..errors import GridcommError, GridcommTimeout
-from ..gpu import gpu_count, nccl_communicator
+from ..gpu import nccl_communicator
 from .base import Channel, PackerKind, Transport, wait_on_stream
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from .. import shmem
-from ..comm import Communicator, raise_if_any
+from ..agreement import raise_if_any
+from ..comm import Communicator
 from ..errors import TransportError
 from .base import Channel, PackerKind, Transport
 from .gpu_waits import GpuWaitChannel, GpuWaitReport

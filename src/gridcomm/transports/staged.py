@@ -21,8 +21,8 @@ import numpy as np
 
 from ..arguments import whole_number
 from ..comm import Communicator
+from ..device import gpu_count
 from ..errors import GridcommTimeout
-from ..gpu import gpu_count
 from .base import Channel, PackerKind, Transport, poll_until
 
 #: Bytes per chunk: small enough for the copies of neighbouring chunks to overlap within a message of a few MiB,

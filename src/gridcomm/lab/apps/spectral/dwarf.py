@@ -1,0 +1,565 @@
+"""The spectral-transform dwarf distributed over ranks: Legendre work by wavenumber, Fourier work by latitude
+band, and a transposition in between (gridcomm.Transposer), as in ECMWF's ectrans.
+
+Each rank owns the wavenumbers ``wavenumber_sets(T, P)[rank]`` (spectral space: their coefficients, their
+Legendre products over all rows) and the rows ``row_bands(nlon, P)[rank]`` (grid-point space: their points,
+their FFTs over all wavenumbers). Between the halves the Fourier coefficients F_m(row) move:
+
+- inverse: (batch, my m, all rows) on the Legendre side -> (batch, all m, my rows) on the Fourier side, the
+  m in rank order (every block is then one contiguous slab on both sides);
+- direct: the way back.
+
+On the GPU each phase is a few array operations per wavenumber bucket and per row length, each a kernel launch
+that Python issues in about 10 µs: with ``graphs=True`` the FFT phases (N row lengths, a few launches each) and
+the transpositions are captured once in CUDA graphs on the transform's own stream and replayed. The Legendre
+phases stay as they are: CuPy refuses cuBLAS calls during a capture, and they are a few launches per bucket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ....arguments import flag, whole_number
+from ....arrays import resolve_array_module, to_host
+from ....comm import Communicator
+from ....device import cupy_or_none
+from ....errors import ArgumentError, DeviceError, GridcommError
+from ....grids.octahedral import OctahedralGrid
+from ....pattern import Box
+from ....transports import requested
+from .distribution import row_bands, wavenumber_sets
+from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
+
+PHASES = ("legendre", "fft", "transposition")
+
+
+class DistributedTransform:
+    """One rank's part of the spherical-harmonic transform of ``batch`` fields (collective construction).
+
+    Args:
+        comm: a gridcomm Communicator, an mpi4py communicator, or None for COMM_WORLD.
+        grid: OctahedralGrid, name or N; truncation: T <= N - 1 (default N - 1).
+        batch: fields times levels transformed together.
+        transport: the Transposer's transport ("auto", a name or a configured Transport); one rank has no
+            transposition: its Legendre and Fourier sides are one array, and ``transport`` is "none".
+        xp: numpy, or cupy for arrays on this rank's current GPU (the Transposer then moves device arrays).
+        graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
+            transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
+        fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
+        pipeline: cut every rank's latitude rows into this many groups (at most its fewest rows), each moved by
+            a transposition of its own: with ``graphs`` the transposition of a group runs on a stream of its own
+            while the FFTs of another group run, so that the transpositions hide behind the FFTs (the Legendre
+            products, which need every row, come before them in the inverse and after them in the direct
+            transform). The row FFTs are cut, not multiplied, so the compute costs what it did. Needs a transport
+            a CUDA graph can replay (ipc, nccl). Without graphs, or with ``overlap`` False, the groups run one
+            phase after the other, each phase timed (what a benchmark compares the overlap with). Default 1: one
+            transposition of every row.
+
+    ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
+    ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
+    ``products`` (a ProductClock) the part of the Legendre phase spent in its matrix products, and
+    ``overlapped_seconds`` the time of the transforms whose phases overlapped.
+    With graphs, or pipelined, the arrays returned are the transform's own: the next ``inverse`` (``direct``)
+    overwrites them, so copy what must be kept.
+    """
+
+    def __init__(
+        self,
+        comm: Any,
+        grid: OctahedralGrid | str | int,
+        truncation: int | None = None,
+        *,
+        batch: int = 1,
+        transport: str | Any = "auto",
+        xp: Any = np,
+        graphs: bool = False,
+        fft_streams: int | None = None,
+        pipeline: int = 1,
+    ) -> None:
+        batch = whole_number(batch, "batch", least=1)
+        graphs = flag(graphs, "graphs")
+        meaning = "groups of latitude rows whose transpositions overlap the FFTs of the others"
+        pipeline = whole_number(pipeline, "pipeline", least=1, meaning=meaning)
+        xp = resolve_array_module(xp, ArgumentError)
+        if graphs and xp is np:
+            raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
+
+        self.comm = comm = Communicator.wrap(comm)
+        grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
+        t = check_truncation(truncation, grid)
+        bands = row_bands(grid.nlon, comm.size)
+        sets = wavenumber_sets(t, comm.size)
+        m_order = np.concatenate(sets)  # the m along axis 1 of the Fourier side
+        self.transform = SpectralTransform(
+            grid,
+            t,
+            wavenumbers=sets[comm.rank],
+            rows=bands[comm.rank],
+            fourier_order=m_order,
+            xp=xp,
+            fft_streams=fft_streams,
+        )
+        self.grid, self.truncation, self.batch, self.xp = grid, t, batch, xp
+        self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
+        self.m_order = m_order
+        n_rows, mine = 2 * grid.N, len(self.wavenumbers)
+        self.legendre_side = xp.zeros((batch, mine, n_rows), dtype=np.complex128)
+        self.overlap = True
+        self.overlapped_seconds = 0.0
+        self._to_rows: list[Any] = []
+        self._to_waves: list[Any] = []
+        self._closed = False
+        self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
+        groups = min(pipeline, min(len(b) for b in bands)) if comm.size > 1 else 1
+        #: Every rank's rows cut into the pipeline's groups: ``row_groups[q][g]``, rank q's rows of group g.
+        self.row_groups = [np.array_split(band, groups) for band in bands]
+        # One rank holds every wavenumber on every row, in the same order on both sides: one array, no
+        # transposition (on one H200 that saves two copies of 5.4 GB per TCo639 step, 5.5 ms of 64).
+        if comm.size == 1:
+            requested(transport)  # a wrong name is still an error
+            self.fourier_side = self.legendre_side
+            self._fourier_sides = [self.fourier_side]
+        else:
+            # Per group, the Fourier side of its rows (batch, all m, the group's rows): an array of its own, so
+            # that each group's FFTs read one contiguous array.
+            self._fourier_sides = [
+                xp.zeros((batch, t + 1, len(rows)), dtype=np.complex128) for rows in self.row_groups[comm.rank]
+            ]
+            self.fourier_side = self._fourier_sides[0] if groups == 1 else None
+            self._make_transposers(np.concatenate([[0], np.cumsum([len(s) for s in sets])]), transport)
+        self._group_transforms = self._fourier_groups(fft_streams) if groups > 1 else [self.transform]
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.products = self.transform.product_clock = ProductClock(xp)
+        self.graphs = graphs
+        if graphs:
+            # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
+            # graph writes; the compute graphs replay one after the other on one stream, so they may share
+            # temporaries (a pipeline's transposition graphs, on a stream of their own, allocate none).
+            self.stream = xp.cuda.Stream(non_blocking=True)
+            self._pool = xp.cuda.MemoryPool()
+            self._coefficients_in = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
+            self._values_in = xp.zeros((batch, self.transform.points), dtype=np.float64)
+        if groups > 1:
+            # The groups' output, the stream their transpositions run on, and the events ordering the two streams.
+            self._values_out = xp.zeros((batch, self.transform.points), dtype=np.float64)
+            if graphs:
+                self.transposition_stream = xp.cuda.Stream(non_blocking=True)
+                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+
+    def _make_transposers(self, m_start: np.ndarray, transport: Any) -> None:
+        """One Transposer each way per group of rows: rank q's rows of the group, of my wavenumbers <-> rank p's
+        wavenumbers on my rows of the group (collective; on an error every one made is closed first)."""
+        from ....transpose import Transposer
+
+        batch, mine = self.batch, len(self.wavenumbers)
+        try:
+            for g, rows in enumerate(self.row_groups[self.comm.rank]):
+                on_legendre = {
+                    q: Box((0, 0, int(r[0])), (batch, mine, int(r[-1]) + 1))
+                    for q, groups in enumerate(self.row_groups)
+                    if len(r := groups[g])
+                }
+                on_fourier = {
+                    p: Box((0, int(m_start[p]), 0), (batch, int(m_start[p + 1]), len(rows)))
+                    for p in range(self.comm.size)
+                }
+                sides = (self.legendre_side, self._fourier_sides[g])
+                self._to_rows.append(Transposer(self.comm, on_legendre, on_fourier, *sides, transport))
+                self._to_waves.append(Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], transport))
+        except BaseException:
+            self.close()
+            raise
+
+    def _fourier_groups(self, fft_streams: int | None) -> list[SpectralTransform]:
+        """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
+        reading and writing its rows' points in grid values of all of this rank's rows."""
+        first, points = 0, self.transform.points
+        halves = []
+        for rows in self.row_groups[self.comm.rank]:
+            halves.append(
+                SpectralTransform(
+                    self.grid, self.truncation, wavenumbers=np.zeros(0, np.int64), rows=rows,
+                    fourier_order=self.m_order, xp=self.xp, fft_streams=self.transform.fft_streams,
+                    values_layout=(first, points),
+                )
+            )  # fmt: skip
+            first += halves[-1].points
+        return halves
+
+    @property
+    def transport(self) -> str:
+        """The name of the transport the transpositions use ("none" on one rank, which has none)."""
+        return self._to_rows[0].transport.name if self._to_rows else "none"
+
+    @property
+    def pipeline(self) -> int:
+        """How many groups of rows are transposed apart (1: all at once)."""
+        return len(self.row_groups[0])
+
+    def _transpose(self, phase: str, transposer: Any, stream: Any = None) -> None:
+        """Transposition ``phase`` by ``transposer`` (as a graph replay, on ``stream`` if given, where it can be
+        captured)."""
+        self._run(phase, transposer.exchange, transposer.transport.graph_capturable, stream)
+
+    def inverse(self, coefficients: Any) -> Any:
+        """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
+        self._check_open()
+        transform = self.transform
+        with self._on_stream():
+            with self._timed("legendre"):
+                a = self._fixed(self._coefficients_in, coefficients) if self.graphs else coefficients
+                self._run("legendre inverse", lambda: transform.legendre_inverse(a, out=self.legendre_side), False)
+            if self.pipeline > 1:
+                return self._inverse_groups()
+            if self._to_rows:
+                with self._timed("transposition"):
+                    self._transpose("to rows", self._to_rows[0])
+            with self._timed("fft"):
+                return self._run("fft inverse", lambda: transform.fourier_inverse(self.fourier_side, self.m_order))
+
+    def direct(self, values: Any) -> Any:
+        """This rank's grid values (batch, points) -> its coefficients (batch, ncoef)."""
+        self._check_open()
+        transform = self.transform
+        with self._on_stream():
+            v = self._fixed(self._values_in, values) if self.graphs else values
+            if self.pipeline > 1:
+                self._direct_groups(v)
+            else:
+                with self._timed("fft"):
+                    self._run("fft direct", lambda: transform.fourier_direct(v, self.m_order, out=self.fourier_side))
+                if self._to_waves:
+                    with self._timed("transposition"):
+                        self._transpose("to waves", self._to_waves[0])
+            with self._timed("legendre"):
+                return self._run("legendre direct", lambda: transform.legendre_direct(self.legendre_side), False)
+
+    # -- the pipeline ----------------------------------------------------------------------------------------
+
+    def _inverse_groups(self) -> Any:
+        values = self._values_out
+
+        def fft(g: int) -> None:
+            half, fourier = self._group_transforms[g], self._fourier_sides[g]
+            self._run(f"fft inverse {g}", lambda: half.fourier_inverse(fourier, self.m_order, out=values))
+
+        self._pipelined(None, (self._to_rows, "to rows"), (fft, "fft"))
+        return values
+
+    def _direct_groups(self, v: Any) -> None:
+        def fft(g: int) -> None:
+            half, fourier = self._group_transforms[g], self._fourier_sides[g]
+            self._run(f"fft direct {g}", lambda: half.fourier_direct(v, self.m_order, out=fourier))
+
+        self._pipelined((fft, "fft"), (self._to_waves, "to waves"), None)
+
+    def _pipelined(
+        self,
+        before: tuple[Callable[[int], None], str] | None,
+        transposers: tuple[list[Any], str],
+        after: tuple[Callable[[int], None], str] | None,
+    ) -> None:
+        """Per group g: ``before`` (compute, if any), its transposition, ``after`` (compute, if any), each with its
+        phase name. Overlapped (graphs and ``overlap``): the transposition of group g runs on
+        ``transposition_stream`` once ``before(g)`` is done, while ``before(g + 1)`` or ``after(g - 1)`` run on the
+        transform's stream, and ``after(g)`` waits for it. Otherwise the groups run one phase after the other,
+        each phase timed."""
+        moves, name = transposers
+        groups = range(self.pipeline)
+        if not (self.graphs and self.overlap):
+            for g in groups:
+                if before is not None:
+                    with self._timed(before[1]):
+                        before[0](g)
+                with self._timed("transposition"):
+                    self._transpose(f"{name} {g}", moves[g])
+                if after is not None:
+                    with self._timed(after[1]):
+                        after[0](g)
+            return
+        lane, stream = self.transposition_stream, self.stream
+        _synchronize(self.xp)
+        start = time.perf_counter()
+        for g in groups:
+            if before is not None:
+                before[0](g)
+            self._computed[g].record(stream)
+            lane.wait_event(self._computed[g])
+            self._transpose(f"{name} {g}", moves[g], lane)
+            self._moved[g].record(lane)
+            if after is not None and g:
+                stream.wait_event(self._moved[g - 1])
+                after[0](g - 1)
+        stream.wait_event(self._moved[-1])  # every transposition is in before what follows
+        if after is not None:
+            after[0](groups[-1])
+        _synchronize(self.xp)
+        self.overlapped_seconds += time.perf_counter() - start
+
+    # -- CUDA graphs --------------------------------------------------------------------------------------
+
+    def _on_stream(self) -> Any:
+        return self.stream if self.graphs else contextlib.nullcontext()
+
+    @staticmethod
+    def _fixed(buffer: Any, given: Any) -> Any:
+        """``buffer`` holding ``given`` (a graph reads the same memory at every replay)."""
+        if given is not buffer:
+            buffer[...] = given
+        return buffer
+
+    def _run(self, phase: str, work: Callable[[], Any], capturable: bool = True, stream: Any = None) -> Any:
+        """``work()``, or with graphs the replay of its graph on ``stream`` (default: the transform's), captured on
+        the first call, after one run that makes its FFT plans, work arrays and pool blocks: the graph's output
+        array is returned each time. A phase CuPy will not capture (NotImplementedError) runs as it is from then
+        on."""
+        if not (self.graphs and capturable):
+            return work()
+        if phase not in self._replays:
+            self._replays[phase] = self._capture(work)
+        replay = self._replays[phase]
+        if replay is None:
+            return work()
+        graph, output = replay
+        graph.launch(self.stream if stream is None else stream)
+        return output
+
+    def _capture(self, work: Callable[[], Any]) -> tuple[Any, Any] | None:
+        """(graph, output array) of ``work`` captured on ``self.stream``, or None where CuPy refuses."""
+        with self.xp.cuda.using_allocator(self._pool.malloc):
+            work()
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            try:
+                output = work()
+            except NotImplementedError:  # e.g. a library call CuPy does not allow in a capture
+                with contextlib.suppress(Exception):
+                    self.stream.end_capture()
+                return None
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.stream.end_capture()
+                raise
+            return self.stream.end_capture(), output
+
+    @property
+    def captured(self) -> list[str]:
+        """The phases replayed as CUDA graphs."""
+        return sorted(phase for phase, replay in self._replays.items() if replay is not None)
+
+    def local_coefficients(self, coefficients: Any) -> Any:
+        """This rank's share (batch, ncoef) of global coefficients (batch, (T+1)(T+2)/2) in m-major order."""
+        t = self.truncation
+        index = np.concatenate([coefficient_index(np.arange(m, t + 1), m, t) for m in self.wavenumbers] or [[]])
+        return self.xp.asarray(coefficients)[:, self.xp.asarray(index.astype(np.int64))]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GridcommError("this DistributedTransform is closed; make a new one")
+
+    def close(self) -> None:
+        self._closed = True
+        self._replays.clear()  # graphs first: they use the transposers' mappings (and NCCL waits for them)
+        for transposer in (*self._to_rows, *self._to_waves):
+            transposer.close()
+        self._to_rows, self._to_waves = [], []
+
+    def __enter__(self) -> DistributedTransform:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _timed(self, phase: str) -> _Timer:
+        return _Timer(self, phase)
+
+
+class _Timer:
+    def __init__(self, owner: DistributedTransform, phase: str) -> None:
+        self.owner, self.phase = owner, phase
+
+    def __enter__(self) -> None:
+        _synchronize(self.owner.xp)
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        _synchronize(self.owner.xp)
+        self.owner.seconds[self.phase] += time.perf_counter() - self.start
+
+
+def _synchronize(xp: Any) -> None:
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+
+
+def round_trip_error(comm: Communicator, back: np.ndarray, a: np.ndarray) -> float:
+    """How far ``back`` = direct(inverse(a)) came from ``a`` (host arrays): the largest |back - a| over the
+    largest |a|, each over every rank of ``comm`` (0 where every a is 0). Collective."""
+    from mpi4py import MPI
+
+    error = comm.mpi.allreduce(float(np.max(np.abs(back - a), initial=0.0)), op=MPI.MAX)
+    scale = comm.mpi.allreduce(float(np.max(np.abs(a), initial=0.0)), op=MPI.MAX)
+    return error / scale if scale else 0.0
+
+
+def random_coefficients(truncation: int, ms: np.ndarray, batch: int, seed: int = 0) -> np.ndarray:
+    """Coefficients (batch, sum over ms of T - m + 1) of real fields, drawn per wavenumber m from a generator
+    seeded by (seed, m): the same global coefficients on any number of ranks. Amplitudes fall as 1 / (l + 1)."""
+    runs = []
+    for m in ms:
+        rng = np.random.default_rng([seed, int(m)])
+        n = truncation - int(m) + 1
+        run = rng.standard_normal((batch, n)) + 1j * rng.standard_normal((batch, n))
+        run /= np.arange(m + 1, truncation + 2)
+        if m == 0:
+            run = run.real.astype(np.complex128)
+        runs.append(run)
+    return np.concatenate(runs, axis=1) if runs else np.zeros((batch, 0), dtype=np.complex128)
+
+
+def run_spectral(
+    comm: Any,
+    grid: str | int | OctahedralGrid = "O160",
+    *,
+    truncation: int | None = None,
+    levels: int = 10,
+    fields: int = 3,
+    steps: int = 20,
+    transport: str = "auto",
+    gpu: bool = False,
+    graphs: bool | None = None,
+    fft_streams: int | None = None,
+    pipeline: int = 1,
+    progress: Callable[[int, int], Any] | None = None,
+) -> dict[str, Any]:
+    """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface
+    field, distributed over the ranks of ``comm`` (collective). With ``gpu`` the arrays live on each rank's
+    current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
+    there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
+    phase as a CUDA graph, and ``fft_streams`` spreads the row FFTs over that many streams
+    (DistributedTransform). With ``pipeline`` groups of rows and graphs the steps are timed twice: the groups one
+    phase after the other (the split), then with each group's transposition overlapping the other groups' FFTs
+    (the time per step).
+
+    Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
+    the time per step of the slowest rank [s], its split per phase (``split_s``: legendre, fft, transposition;
+    seconds per step, each phase on its own slowest rank, so they may add up to more than the step), the slowest
+    rank's own split (``slowest_rank``, ``slowest_rank_split_s``: the phases and ``other``, the time between
+    them, adding up to its step), ``legendre_products_s`` (the slowest rank's seconds per step in the Legendre phase's
+    matrix products alone; the rest of that phase moves their operands), ``gpu``, and the GPUs' energy per step
+    [J] (``joules_per_step``, None off the GPU; ``energy``: gridcomm.lab.measure.energy's record), measured after the
+    timed steps over steps of its own that last at least ``bench.energy.ENERGY_REGION_S``."""
+    grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
+    levels, fields, steps = (
+        whole_number(v, k, least=1) for v, k in ((levels, "levels"), (fields, "fields"), (steps, "steps"))
+    )
+    xp = _array_module(gpu)
+    graphs = gpu if graphs is None else graphs
+    batch = fields * levels + 1
+    options = {"batch": batch, "transport": transport, "xp": xp, "graphs": graphs, "fft_streams": fft_streams,
+               "pipeline": pipeline}  # fmt: skip
+    with DistributedTransform(comm, grid, truncation, **options) as dist:
+        comm = dist.comm
+        host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
+        a = xp.asarray(host)
+        pipelined = dist.pipeline > 1 and dist.graphs  # the transpositions can overlap the FFTs
+        for overlap in (True, False) if pipelined else (True,):
+            dist.overlap = overlap  # warm-up steps: caches, first touch of work arrays, connections, FFT plans
+            dist.direct(dist.inverse(a))
+
+        def timed_steps(count: int, done: int = 0) -> tuple[float, Any]:
+            """Seconds of ``count`` steps (each ends synchronised with the device) and the last step's result."""
+            comm.mpi.Barrier()
+            start, back = time.perf_counter(), None
+            for step in range(count):
+                back = dist.direct(dist.inverse(a))
+                if progress is not None:
+                    progress(done + step + 1, (2 if pipelined else 1) * steps)
+            return time.perf_counter() - start, back
+
+        dist.seconds = dict.fromkeys(PHASES, 0.0)
+        dist.products.reset()
+        elapsed, back = timed_steps(steps)  # pipelined: the groups one phase after the other, each phase timed
+        sequential, products = elapsed, dist.products.seconds()
+        if pipelined:
+            dist.overlap = True
+            elapsed, back = timed_steps(steps, steps)
+        mpi = comm.mpi
+        from mpi4py import MPI
+
+        timed = {
+            "grid": grid.name,
+            "truncation": dist.truncation,
+            "points": grid.size,
+            "ranks": comm.size,
+            "levels": levels,
+            "fields": fields,
+            "batch": batch,
+            "steps": steps,
+            "gpu": gpu,
+            "graphs": dist.captured,
+            "fft_streams": dist.transform.fft_streams,
+            "transport": dist.transport,
+            "round_trip_error": round_trip_error(comm, to_host(back), host),
+            **_splits(mpi, sequential, dist.seconds, steps),  # pipelined: of the steps one phase after another
+            "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
+            "legendre_products_s": mpi.allreduce(products, op=MPI.MAX) / steps,
+            "pipeline": dist.pipeline,
+            # Pipelined: the same steps with the groups one phase after the other (where the split comes from).
+            "sequential_step_s": mpi.allreduce(sequential, op=MPI.MAX) / steps if pipelined else None,
+        }
+        # The transposition time left over once the compute is done: the step beyond Legendre and FFT together.
+        split = timed["split_s"]
+        timed["exposed_transposition_s"] = max(0.0, timed["time_per_step_s"] - split["legendre"] - split["fft"])
+        from ...measure.energy import GPUS_ONLY, Energy, energy_of_steps
+
+        if not gpu:
+            return {**timed, "joules_per_step": None, "energy": Energy(None, 0.0, 0, GPUS_ONLY).as_dict()}
+
+        def run_steps(count: int) -> None:  # each step ends synchronised with the device (_Timer)
+            for _ in range(count):
+                dist.direct(dist.inverse(a))
+
+        # Energy over steps of their own, at least ENERGY_REGION_S of them: NVML's counter moves every few tens
+        # of ms, so the few steps timed above (13 ms each at O640, batch 31) would read as nothing or a jump.
+        energy, region_steps = energy_of_steps(comm, run_steps, timed["time_per_step_s"])
+        return {
+            **timed,
+            "joules_per_step": energy.per(region_steps),
+            "energy": {**energy.as_dict(), "steps": region_steps},
+        }
+
+
+def _splits(mpi: Any, elapsed: float, seconds: dict[str, float], steps: int) -> dict[str, Any]:
+    """Collective: the step time of the slowest rank and the split of the steps into phases [s per step], as
+    ``run_spectral`` returns them (``elapsed``: this rank's seconds for ``steps`` steps; ``seconds``: its
+    seconds per phase). Each phase on its own slowest rank (``split_s``) tells where the ranks wait; the
+    slowest rank's own split (with ``other``, what no phase timed) adds up to the step."""
+    everyone = mpi.allgather((elapsed, dict(seconds)))
+    slowest = max(range(len(everyone)), key=lambda r: everyone[r][0])
+    step, own = everyone[slowest]
+    return {
+        "time_per_step_s": step / steps,
+        "split_s": {k: max(s[k] for _, s in everyone) / steps for k in seconds},
+        "slowest_rank": slowest,
+        "slowest_rank_split_s": {
+            **{k: v / steps for k, v in own.items()},
+            "other": max(step - sum(own.values()), 0.0) / steps,
+        },
+    }
+
+
+def _array_module(gpu: bool) -> Any:
+    """numpy, or cupy when ``gpu`` (a DeviceError naming what is missing when it cannot be had)."""
+    if not gpu:
+        return np
+    cupy = cupy_or_none()
+    if cupy is None:
+        raise DeviceError("the spectral dwarf on the GPU needs CuPy: pip install 'gridcomm[gpu]'")
+    return cupy

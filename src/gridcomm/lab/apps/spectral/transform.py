@@ -1,0 +1,483 @@
+"""Spherical-harmonic transforms between the octahedral grid O-N and complex coefficients a_lm.
+
+Conventions (those of ducc0, healpy and libsharp):
+
+- a real field f(theta, phi) = sum_l [a_l0 Y_l0 + 2 Re sum_{m=1..l} a_lm Y_lm], with orthonormal
+  Y_lm = lambda_l^m(cos theta) e^{i m phi} (Condon-Shortley phase; ``legendre.legendre_functions``);
+- coefficients of one field are complex, in m-major triangular order: a_lm at index
+  m (2T + 1 - m) / 2 + l for 0 <= m <= l <= T (``coefficient_index``); a_l0 is real;
+- grid values follow ``OctahedralGrid``'s point order: rows north to south, each row from longitude 0
+  eastwards; the truncation T is at most N - 1 (TCo(N-1) for O-N by default).
+
+Each transform has two halves, so that a distributed transform can transpose in between:
+
+- Legendre (per zonal wavenumber m, over all latitude rows): F_m(row) = sum_l a_lm lambda_l^m(x_row), split by
+  the parity of l - m and done on the northern rows only (the southern rows follow from
+  lambda_l^m(-x) = (-1)^(l+m) lambda_l^m(x)). The products keep the fields fastest: per m and parity, the
+  table (N rows by the degrees) times the coefficients (degrees by the fields, real and imaginary parts as
+  neighbouring columns), so that one real product does a complex field's work and cuBLAS reads and writes its
+  operands where they lie; ``operands.py`` moves the caller's arrays (fields slowest) to and from that layout
+  in one pass, adding the parities into northern and southern rows on the way. Wavenumbers of similar length
+  T - m + 1 are bucketed, their tables zero-padded to the bucket's longest and stacked, so that each bucket
+  is one batched product (both parities), on the GPU in chunks that bound the work arrays;
+- Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
+  length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
+  row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
+  (``fourier.py``: one fold and one pick launch on the GPU, one cuFFT call per row).
+
+Every index array is built once (``__init__``, or the first call with a new order of wavenumbers), on the
+device of ``xp``: a transform costs a few array operations per bucket and one FFT call per row, which on the
+GPU a CUDA graph replays. NumPy and CuPy run the same code but for the FFTs, fold and pick.
+
+The direct transform is the Gauss quadrature of the same sums (rows are Gaussian latitudes): exact up to that
+aliasing, so ``direct(inverse(a))`` returns ``a`` to round-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ....arguments import index_set, whole_number
+from ....arrays import resolve_array_module
+from ....errors import ArgumentError, FieldError
+from ....grids.octahedral import OctahedralGrid
+from . import operands
+from .fourier import FoldingPlan, RowFFTs, RowGeometry, plan_folding
+from .legendre import legendre_functions
+from .operands import Chunk, make_chunk
+
+#: The wavenumbers of a transform are cut into at most this many buckets of similar length T - m + 1, each padded
+#: to its longest: padding costs about 1 / MAX_BUCKETS more Legendre work when the m are spread evenly (0..T, or a
+#: rank's pairs m and T - m). On the host, smaller products stay in cache; on the GPU each bucket costs 6 launches,
+#: which small transforms feel: on one H200, O640, both Legendre halves took 1.72 / 2.02 / 7.39 ms at batch 31 and
+#: 18.2 / 17.8 / 19.6 ms at batch 412 with at most 4 / 16 / 64 buckets (tune-buckets-gpu-1r-20261123T232658Z).
+MAX_BUCKETS = 16
+MAX_BUCKETS_GPU = 4
+
+
+def max_buckets(xp: Any) -> int:
+    """The bucket limit for arrays of module ``xp``: MAX_BUCKETS on the host, MAX_BUCKETS_GPU on the GPU."""
+    return MAX_BUCKETS if xp is np else MAX_BUCKETS_GPU
+
+
+#: The largest product of one batched call on the GPU [bytes]: a bucket whose products would be larger runs in
+#: chunks of fewer wavenumbers, which bounds the work arrays. Smaller chunks cost launches, not bandwidth: on one
+#: H200 (O640, batch 412, both Legendre halves, 16 buckets) 16 / 64 / 256 / 4096 MiB took 96.6 / 19.7 / 18.1 /
+#: 17.8 ms (``benchmarks/tune_buckets.py``, tune-buckets-gpu-1r-20261123T232658Z; products still in L2 gained
+#: nothing). On the host a bucket runs whole.
+GPU_PRODUCT_BYTES = 2**30
+
+
+def chunk_wavenumbers(n: int, batch: int, xp: Any) -> int | None:
+    """Wavenumbers per batched product on rows 0..N-1 for ``batch`` fields: whole buckets (None) on the host;
+    on the GPU as many as keep one call's products (2 parities x N x batch complex) within GPU_PRODUCT_BYTES."""
+    if xp is np:
+        return None
+    return max(1, GPU_PRODUCT_BYTES // (2 * n * max(1, batch) * 16))
+
+
+#: Orders of wavenumbers along the Fourier arrays' m axis whose index arrays a transform keeps.
+_FOURIER_PLANS_KEPT = 4
+
+
+def coefficient_count(truncation: int) -> int:
+    """Number of complex coefficients a_lm of one field, 0 <= m <= l <= T."""
+    return (truncation + 1) * (truncation + 2) // 2
+
+
+def coefficient_index(l: int | np.ndarray, m: int | np.ndarray, truncation: int) -> Any:  # noqa: E741 (l is the degree)
+    """Position of a_lm in the m-major triangular order: m (2T + 1 - m) / 2 + l."""
+    return m * (2 * truncation + 1 - m) // 2 + l
+
+
+class SpectralTransform:
+    """Spherical-harmonic transforms on the octahedral grid, for all or some wavenumbers and rows.
+
+    Args:
+        grid: an OctahedralGrid or its name ("O160") or N.
+        truncation: T, at most N - 1 (default N - 1).
+        wavenumbers: the zonal wavenumbers m whose Legendre work this object does (default 0..T), e.g. one
+            rank's share (``distribution.wavenumber_sets``); its coefficient arrays hold those m in this order.
+        rows: the latitude rows whose Fourier work this object does (default all), e.g. one rank's band.
+        fourier_order: the order of the wavenumbers along axis 1 of the Fourier arrays that ``fourier_inverse``
+            and ``fourier_direct`` will be given (default 0..T): its index arrays are built here, those of any
+            other order on first use.
+        xp: the array module (numpy, or cupy for arrays on the GPU): every table and index array lives there.
+        fft_streams: (CuPy) CUDA streams the row FFTs are spread over, forked from and joined back to the
+            caller's stream: small FFTs of different lengths then run side by side (in a captured CUDA graph, as
+            parallel branches). Default ``fourier.GPU_FFT_STREAMS`` (4); 1: all on the caller's stream.
+        values_layout: (first point, points per field) of the grid-value arrays the Fourier half reads and
+            writes: its rows' points lie from that point on, in arrays holding more points per field (another
+            transform's rows, e.g. a group of a rank's band whose FFTs run apart from the rest). Default
+            (0, the points of ``rows``).
+
+    Arrays are batched on their first axis (fields times levels): coefficients (batch, ncoef) complex,
+    grid values (batch, points of ``rows``) real, Fourier coefficients (batch, m, rows) complex.
+    Memory: the Legendre tables twice (once weighted and transposed for the direct transform), about
+    16 N ncoef bytes, plus index arrays of about the size of one field's coefficients and grid values.
+    """
+
+    def __init__(
+        self,
+        grid: OctahedralGrid | str | int,
+        truncation: int | None = None,
+        *,
+        wavenumbers: Sequence[int] | np.ndarray | None = None,
+        rows: Sequence[int] | np.ndarray | None = None,
+        fourier_order: Sequence[int] | np.ndarray | None = None,
+        xp: Any = np,
+        fft_streams: int | None = None,
+        values_layout: tuple[int, int] | None = None,
+    ) -> None:
+        self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
+        n = self.grid.N
+        self.truncation = check_truncation(truncation, self.grid)
+        self.xp = resolve_array_module(xp, ArgumentError)
+        t = self.truncation
+        self.wavenumbers = index_set(wavenumbers, "wavenumbers", t + 1, f"wavenumbers m in 0..T = 0..{t}")
+        self.rows = index_set(rows, "rows", 2 * n, f"latitude rows in 0..{2 * n - 1}")
+        if not len(self.rows):
+            raise ArgumentError("rows=[]: give at least one latitude row (None: all of them)")
+        self.ncoef = int(np.sum(t - self.wavenumbers + 1))
+        self.points = int(np.sum(self.grid.nlon[self.rows]))
+        first_point, self.field_points = _values_layout(values_layout, self.points)
+        self._scratch_arrays: dict[Any, Any] = {}
+        self._retired: list[Any] = []  # scratch buffers outgrown (``_scratch``)
+        self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows], first_point), self.xp, fft_streams)
+        self._fourier_plans: dict[bytes, FoldingPlan] = {}
+        #: Times the Legendre products apart from the moves around them where set (a ProductClock); None: untimed.
+        self.product_clock: ProductClock | None = None
+        self._set_up_legendre()
+        self._fourier_plan(self._fourier_wavenumbers(fourier_order, "fourier_order"))
+
+    @property
+    def fft_streams(self) -> int:
+        """CUDA streams the row FFTs are spread over (1 on the host)."""
+        return self._row_ffts.streams
+
+    # -- set-up ---------------------------------------------------------------------------------------------
+
+    def _set_up_legendre(self) -> None:
+        """Buckets of wavenumbers, longest first: the stacked products (``operands.Chunk`` each)."""
+        t, lengths = self.truncation, self.truncation - self.wavenumbers + 1
+        self._coef_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        # Quadrature on the northern rows; the southern ones mirror them (exact symmetry in OctahedralGrid).
+        n = self.grid.N
+        x, sin_theta = np.sin(self.grid.latitudes[:n]), np.cos(self.grid.latitudes[:n])
+        weights = 2.0 * np.pi * self.grid.weights[:n]
+        depths = (t - self.wavenumbers[order] + 2) // 2  # l of one parity: (T - m + 2) // 2 of them (even l - m)
+        self._buckets = [
+            self._bucket(order[start:stop], x, sin_theta, weights)
+            for start, stop in _bands(depths, max_buckets(self.xp))
+        ]
+
+    def _bucket(self, positions: np.ndarray, x: np.ndarray, sin_theta: np.ndarray, weights: np.ndarray) -> Chunk:
+        """The padded tables of the wavenumbers at ``positions`` (longest first) and where their data lie."""
+        t, n = self.truncation, self.grid.N
+        depth = (t - int(self.wavenumbers[positions[0]]) + 2) // 2
+        tables = np.zeros((len(positions), 2, depth, n))
+        for i, p in enumerate(positions):
+            table = legendre_functions(int(self.wavenumbers[p]), t, x, sin_theta=sin_theta)  # row l - m
+            for parity in (0, 1):
+                part = table[parity::2]
+                tables[i, parity, : len(part)] = part
+        lengths = t - self.wavenumbers[positions] + 1
+        return make_chunk(self.xp, self._coef_offsets[positions], lengths, positions, tables, weights)
+
+    def _chunks(self, batch: int) -> Iterator[Chunk]:
+        """The buckets cut into the chunks that one batched product each does for ``batch`` fields."""
+        size = chunk_wavenumbers(self.grid.N, batch, self.xp)
+        for bucket in self._buckets:
+            step = size or bucket.count
+            for first in range(0, bucket.count, step):
+                yield bucket if step >= bucket.count else bucket.part(first, first + step)
+
+    def _operand(self, shape: str, chunk: Chunk, batch: int) -> Any:
+        """A (chunk, 2, rows, batch) complex work array (contents undefined), a view of a kept buffer: rows = N
+        for ``shape`` "wide" (products and sums on the northern rows), the chunk's depth for "narrow"."""
+
+        def rows(c: Chunk) -> int:
+            return self.grid.N if shape == "wide" else c.depth
+
+        size = chunk.count * 2 * rows(chunk) * batch
+        buffer = self._scratch_arrays.get(shape)
+        if buffer is None or buffer.size < size:
+            # Sized for the largest chunk of this batch at once, so that it is allocated once per batch size.
+            most = max(c.count * 2 * rows(c) for c in self._chunks(batch)) * batch
+            buffer = self._scratch_arrays[shape] = self.xp.empty(max(size, most), np.complex128)
+        return buffer[:size].reshape(chunk.count, 2, rows(chunk), batch)
+
+    def _fourier_plan(self, ms: np.ndarray) -> FoldingPlan:
+        """The fold and pick index arrays for wavenumbers ``ms`` along the m axis, built on first use and kept."""
+        key = ms.tobytes()
+        plan = self._fourier_plans.get(key)
+        if plan is None:
+            if len(self._fourier_plans) >= _FOURIER_PLANS_KEPT:
+                del self._fourier_plans[next(iter(self._fourier_plans))]
+            plan = self._fourier_plans[key] = plan_folding(self._row_ffts.rows, ms, self.xp)
+        return plan
+
+    # -- Legendre half ----------------------------------------------------------------------------------------
+
+    def _product(self) -> Any:
+        """A context around one Legendre matrix product: timed by ``product_clock`` where one is set."""
+        return contextlib.nullcontext() if self.product_clock is None else self.product_clock.timed()
+
+    def legendre_inverse(self, coefficients: Any, out: Any = None) -> Any:
+        """(batch, ncoef) coefficients of this object's wavenumbers -> (batch, m, 2N) Fourier coefficients
+        F_m(row) on every row (written into ``out``, C-contiguous, when given)."""
+        xp, n = self.xp, self.grid.N
+        a = self._coefficients(coefficients)
+        batch, count = a.shape[0], len(self.wavenumbers)
+        out = xp.empty((batch, count, 2 * n), np.complex128) if out is None else out
+        _output(out, (batch, count, 2 * n), "legendre_inverse")
+        for chunk in self._chunks(batch):
+            operand = self._operand("narrow", chunk, batch)
+            operands.gather(a, chunk, operand)
+            product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
+            with self._product():
+                xp.matmul(chunk.tables, _real(operand), out=_real(product))
+            operands.unfold(product, chunk, out)
+        return out
+
+    def legendre_direct(self, fourier: Any, out: Any = None) -> Any:
+        """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature
+        (written into ``out``, C-contiguous, when given)."""
+        xp, n = self.xp, self.grid.N
+        f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
+        count = len(self.wavenumbers)
+        if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
+            raise FieldError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
+        f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
+        batch = f.shape[0]
+        shape = (batch, self.ncoef)
+        out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "legendre_direct")
+        for chunk in self._chunks(batch):
+            # North + south rows for l - m even, north - south for odd; the weights are in the tables.
+            sums = self._operand("wide", chunk, batch)
+            operands.fold(f, chunk, sums)
+            product = self._operand("narrow", chunk, batch)
+            with self._product():
+                xp.matmul(chunk.weighted, _real(sums), out=_real(product))
+            operands.scatter(product, chunk, out)
+        return out
+
+    # -- Fourier half -----------------------------------------------------------------------------------------
+
+    def fourier_inverse(
+        self, fourier: Any, wavenumbers: Sequence[int] | np.ndarray | None = None, out: Any = None
+    ) -> Any:
+        """(batch, m, rows) Fourier coefficients -> (batch, points) grid values of this object's rows (written into
+        ``out``, a C-contiguous float64 array, when given).
+
+        ``wavenumbers`` names the m of axis 1 (default 0..T); m >= n / 2 folds onto m mod n in a row of n points.
+        """
+        xp = self.xp
+        ms = self._fourier_wavenumbers(wavenumbers)
+        f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
+        nrows = len(self.rows)
+        if f.ndim != 3 or f.shape[1:] != (len(ms), nrows):
+            raise FieldError(
+                f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {len(ms)}, {nrows}) "
+                f"for {len(ms)} wavenumbers on {nrows} rows"
+            )
+        shape = (f.shape[0], self.field_points)
+        values = xp.empty(shape, np.float64) if out is None else _output(out, shape, "fourier_inverse", np.float64)
+        spectra = self._scratch("spectra", (f.shape[0], self._row_ffts.rows.bins), np.complex128)
+        self._row_ffts.inverse(xp.ascontiguousarray(f, dtype=np.complex128), self._fourier_plan(ms), values, spectra)
+        return values
+
+    def fourier_direct(
+        self, values: Any, wavenumbers: Sequence[int] | np.ndarray | None = None, out: Any = None
+    ) -> Any:
+        """(batch, points) grid values of this object's rows -> (batch, m, rows) Fourier coefficients
+        (1 / n) sum_k f_k e^{-i m phi_k}, for the m of ``wavenumbers`` (default 0..T); written into ``out``
+        (C-contiguous) when given."""
+        xp = self.xp
+        ms = self._fourier_wavenumbers(wavenumbers)
+        v = _numbers(xp.asarray(values), "grid values", complex_allowed=False)
+        if v.ndim != 2 or v.shape[1] != self.field_points:
+            raise FieldError(
+                f"grid values of shape {tuple(v.shape)}: expected (batch, {self.field_points}), the points of "
+                f"{len(self.rows)} rows of {self.grid.name}"
+            )
+        batch = v.shape[0]
+        spectra = self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
+        shape = (batch, len(ms), len(self.rows))
+        out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "fourier_direct")
+        v = xp.ascontiguousarray(v, dtype=np.float64)
+        self._row_ffts.direct(v, self._fourier_plan(ms), spectra, out)
+        return out
+
+    # -- whole transforms -------------------------------------------------------------------------------------
+
+    def inverse(self, coefficients: Any) -> Any:
+        """Coefficients (batch, ncoef) -> grid values (batch, points): needs every wavenumber and row here."""
+        self._whole("inverse")
+        return self.fourier_inverse(self.legendre_inverse(coefficients))
+
+    def direct(self, values: Any) -> Any:
+        """Grid values (batch, points) -> coefficients (batch, ncoef): needs every wavenumber and row here."""
+        self._whole("direct")
+        return self.legendre_direct(self.fourier_direct(values))
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _scratch(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A work array kept between calls (its contents do not survive them): on the host, a fresh array this
+        large would cost page faults on every call (the old per-m loops only ever made small ones). A view of the
+        front of one buffer per name and dtype, grown when a larger one is needed: calls of different batch sizes
+        (a pipelined transform's chunks) share it. A buffer outgrown stays alive (``_retired``): a CUDA graph
+        captured with it may still write there."""
+        size, key = math.prod(shape), (name, np.dtype(dtype).str)
+        buffer = self._scratch_arrays.get(key)
+        if buffer is None or buffer.size < size:
+            if buffer is not None:
+                self._retired.append(buffer)
+            buffer = self._scratch_arrays[key] = self.xp.empty(size, dtype=dtype)
+        return buffer[:size].reshape(shape)
+
+    def _whole(self, what: str) -> None:
+        t, n = self.truncation, self.grid.N
+        if len(self.wavenumbers) != t + 1 or len(self.rows) != 2 * n:
+            raise ArgumentError(
+                f"{what}: this transform owns {len(self.wavenumbers)} of {t + 1} wavenumbers and "
+                f"{len(self.rows)} of {2 * n} rows; use the Legendre and Fourier halves with a transposition"
+            )
+
+    def _coefficients(self, coefficients: Any) -> Any:
+        a = _numbers(self.xp.asarray(coefficients), "coefficients", complex_allowed=True)
+        if a.ndim == 1:
+            a = a[None, :]
+        if a.ndim != 2 or a.shape[1] != self.ncoef:
+            raise FieldError(
+                f"coefficients of shape {tuple(a.shape)}: expected (batch, {self.ncoef}), the a_lm of "
+                f"{len(self.wavenumbers)} wavenumbers at T = {self.truncation}"
+            )
+        # The GPU's moves read rows of coefficients: a fancy-indexed or transposed array comes C-contiguous here.
+        return self.xp.ascontiguousarray(a.astype(np.complex128, copy=False))
+
+    def _fourier_wavenumbers(
+        self, wavenumbers: Sequence[int] | np.ndarray | None, what: str = "wavenumbers"
+    ) -> np.ndarray:
+        t = self.truncation
+        return index_set(wavenumbers, what, t + 1, f"wavenumbers m in 0..T = 0..{t}")
+
+
+class ProductClock:
+    """Seconds spent in the Legendre matrix products alone, apart from the moves around them (``operands``), on
+    the device of ``xp``: a CUDA event pair around each product on the GPU, the host's clock on the CPU. Set one
+    as a transform's ``product_clock`` (``DistributedTransform`` does) to split its Legendre time. Event pairs
+    whose products have ended are read as new ones are recorded, so that none pile up however long it runs;
+    ``seconds()`` waits for the rest."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self._seconds = 0.0
+        self._pending: list[tuple[Any, Any]] = []  # event pairs recorded and not yet read
+        self._spare: list[tuple[Any, Any]] = []  # event pairs read, to be recorded again
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Time what runs inside (on the current stream, on the GPU)."""
+        if self.xp is np:
+            start = time.perf_counter()
+            yield
+            self._seconds += time.perf_counter() - start
+            return
+        self._read(wait=False)
+        pair = self._spare.pop() if self._spare else (self.xp.cuda.Event(), self.xp.cuda.Event())
+        pair[0].record()
+        yield
+        pair[1].record()
+        self._pending.append(pair)
+
+    def seconds(self) -> float:
+        """The products' seconds so far (waits for the last one timed to end)."""
+        self._read(wait=True)
+        return self._seconds
+
+    def _read(self, wait: bool) -> None:
+        """Add up the pending event pairs, oldest first: all of them (waiting for each), or without ``wait``
+        those whose product has ended."""
+        done = 0
+        for start, stop in self._pending:
+            if not (wait or stop.done):
+                break
+            stop.synchronize()
+            self._seconds += self.xp.cuda.get_elapsed_time(start, stop) / 1e3
+            done += 1
+        self._spare += self._pending[:done]
+        del self._pending[:done]
+
+    def reset(self) -> None:
+        """Start again from zero (what was pending is dropped)."""
+        self.seconds()
+        self._seconds = 0.0
+
+
+def _bands(depths: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """Cut ``depths`` (descending) into at most ``count`` runs, each within one of ``count`` bands of equal
+    width: a run padded to its first depth wastes less than one band's width per member."""
+    if not len(depths):
+        return []
+    width = -(-(int(depths[0]) - int(depths[-1]) + 1) // count)
+    band = (int(depths[0]) - depths) // width
+    cuts = np.flatnonzero(np.diff(band)) + 1
+    return list(itertools.pairwise([0, *cuts.tolist(), len(depths)]))
+
+
+def _numbers(a: Any, what: str, complex_allowed: bool) -> Any:
+    """``a`` if its dtype holds numbers the transform takes (integers, floats, and complex where allowed: values
+    on the grid are real, and dropping an imaginary part would lose data), else FieldError."""
+    kinds = "biufc" if complex_allowed else "biuf"
+    if a.dtype.kind not in kinds:
+        takes = "real or complex numbers" if complex_allowed else "real numbers (the grid holds real fields)"
+        raise FieldError(f"{what} of dtype {a.dtype}: the transform takes {takes}")
+    return a
+
+
+def _real(a: Any) -> Any:
+    """A C-contiguous complex array (..., batch) as the real array (..., 2 batch) of its parts: no copy."""
+    return a.view(np.float64)
+
+
+def _output(out: Any, shape: tuple[int, ...], what: str, dtype: Any = np.complex128) -> Any:
+    """``out`` if it is a C-contiguous array of ``shape`` and ``dtype``, else FieldError."""
+    if tuple(out.shape) != shape or out.dtype != np.dtype(dtype) or not out.flags.c_contiguous:
+        raise FieldError(
+            f"{what}: out has shape {tuple(out.shape)} and dtype {out.dtype}, expected a C-contiguous {shape} "
+            f"{np.dtype(dtype)} array"
+        )
+    return out
+
+
+def _values_layout(layout: tuple[int, int] | None, points: int) -> tuple[int, int]:
+    """(first point, points per field) of the grid-value arrays of a Fourier half over ``points`` points."""
+    if layout is None:
+        return 0, points
+    first = whole_number(layout[0], "values_layout[0]", least=0, meaning="the first point of these rows")
+    total = whole_number(layout[1], "values_layout[1]", least=first + points, meaning="points per field")
+    return first, total
+
+
+def check_truncation(truncation: Any, grid: OctahedralGrid) -> int:
+    """The truncation T on ``grid``: a whole number from 0 to N - 1; None gives N - 1."""
+    n = grid.N
+    if truncation is None:
+        return n - 1
+    t = whole_number(truncation, "truncation")
+    if not 0 <= t <= n - 1:
+        raise ArgumentError(
+            f"truncation T = {t} on {grid.name}: T must be between 0 and N - 1 = {n - 1} "
+            f"(the octahedral grid resolves up to T = N - 1, e.g. TCo{n - 1} on O{n})"
+        )
+    return t

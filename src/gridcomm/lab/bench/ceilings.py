@@ -1,0 +1,230 @@
+"""Ceilings measured on the GPUs of this run: HBM copy, peer copy (kernel and copy engine), NCCL send/recv.
+
+Every GPU benchmark prints its figures beside these, measured in the same run on the same bytes: what the
+memory can do, what a plain copy to the peer GPU can do, and what NCCL (the peer a user would otherwise
+pick) does with contiguous buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...comm import Communicator
+from ...gpu import nccl_communicator
+from ...packing.cuda import device_allocation
+from ..measure.timing import Timing, time_collective
+
+
+def sync() -> None:
+    """Wait for everything queued on this rank's GPU."""
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def time_gpu(comm: Communicator, run: Callable[[], Any], samples: int = 7, min_sample_s: float = 0.02) -> Timing:
+    """Seconds per ``run()`` of GPU work on every rank: batches end with a device synchronisation."""
+    return time_collective(comm.mpi, run, samples=samples, min_sample_s=min_sample_s, finish=sync)
+
+
+def time_gpu_alone(comm: Communicator, run: Callable[[], Any], samples: int = 7) -> Timing:
+    """Seconds per ``run()`` of work local to this rank's GPU (collective): the ranks time their own ``run``
+    one at a time while the others wait, so that ranks sharing a GPU do not share its bandwidth."""
+    from mpi4py import MPI
+
+    mine = None
+    for rank in range(comm.size):
+        if rank == comm.rank:
+            mine = time_collective(MPI.COMM_SELF, run, samples=samples, finish=sync)
+        comm.mpi.Barrier()
+    assert mine is not None
+    return mine
+
+
+def hbm_copy_gbps(comm: Communicator, nbytes: int = 1 << 30, samples: int = 5) -> float:
+    """Device-to-device copy on this GPU, bytes read plus bytes written per second [GB/s] (slowest rank; each
+    rank timed alone, so that ranks sharing a GPU measure all of it)."""
+    src, dst = device_allocation(nbytes), device_allocation(nbytes)
+    src.fill(1)
+    t = time_gpu_alone(comm, lambda: dst.__setitem__(slice(None), src), samples)
+    return min(comm.mpi.allgather(2 * nbytes / t.median / 1e9))
+
+
+class PeerBuffers:
+    """One device buffer per rank, mapped by CUDA IPC into every other rank of the node (collective).
+
+    ``peer(r)`` is a CuPy uint8 array over rank r's buffer that kernels on this GPU may read and write.
+    """
+
+    def __init__(self, comm: Communicator, nbytes: int) -> None:
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        self.nbytes = nbytes
+        self.local = device_allocation(nbytes)
+        self.local.fill(comm.rank + 1)
+        sync()
+        handles = comm.mpi.allgather(runtime.ipcGetMemHandle(self.local.data.ptr))
+        self._mapped = {r: runtime.ipcOpenMemHandle(h) for r, h in enumerate(handles) if r != comm.rank}
+        here = cupy.cuda.Device().id
+        self._views = {
+            r: cupy.ndarray(
+                (nbytes,), np.uint8, cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(p, nbytes, self, here), 0)
+            )
+            for r, p in self._mapped.items()
+        }
+        self._comm = comm
+
+    def peer(self, rank: int) -> Any:
+        return self._views[rank]
+
+    def close(self) -> None:
+        import cupy
+
+        sync()
+        self._comm.mpi.Barrier()  # nobody writes into a buffer that is about to go
+        for address in self._mapped.values():
+            cupy.cuda.runtime.ipcCloseMemHandle(address)
+        self._mapped, self._views = {}, {}
+
+
+def peer_copy(comm: Communicator, buffers: PeerBuffers, nbytes: int, engine: bool) -> Callable[[], None]:
+    """Every rank writes ``nbytes`` into each other rank's buffer, to every peer at once: one copy kernel whose
+    blocks are dealt out over the peers piece by piece (``engine`` False: the ipc transport's copy, with no
+    flags), or the copy engines, one cudaMemcpyAsync per peer on a stream of its own (``engine`` True). Peers
+    are taken from the next rank on, (rank + i) mod size, so that no GPU is written by every other first."""
+    import cupy
+
+    from ...packing.cuda import Descriptors, SegmentTable
+    from ...packing.geometry import RunGrid
+
+    peers = sorted((r for r in range(comm.size) if r != comm.rank), key=lambda r: (r - comm.rank) % comm.size)
+    src = buffers.local.data.ptr
+    if not engine:
+        rows, whole = Descriptors(cupy), RunGrid(0, 1, 1, 0, 0, nbytes)
+        for r in peers:
+            rows.add(src, whole, buffers.peer(r).data.ptr, whole)
+        table = SegmentTable(rows, [(r - comm.rank) % comm.size for r in peers])
+        return lambda: table.copy(cupy.cuda.get_current_stream())
+    runtime = cupy.cuda.runtime
+    lanes = [cupy.cuda.Stream(non_blocking=True) for _ in peers]
+    fork, joins = cupy.cuda.Event(disable_timing=True), [cupy.cuda.Event(disable_timing=True) for _ in peers]
+
+    def run_engine() -> None:
+        stream = cupy.cuda.get_current_stream()
+        fork.record(stream)
+        for r, lane, join in zip(peers, lanes, joins, strict=True):
+            lane.wait_event(fork)
+            runtime.memcpyAsync(buffers.peer(r).data.ptr, src, nbytes, runtime.memcpyDeviceToDevice, lane.ptr)
+            join.record(lane)
+        for join in joins:
+            stream.wait_event(join)
+
+    return run_engine
+
+
+def nvlink_nominal_gbps() -> float | None:
+    """NVLink's nominal rate out of this rank's GPU, per direction [GB/s]: NVML's count of its links times their
+    common speed, or None where NVML, NVLink or those fields are missing."""
+    try:
+        import cupy
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(cupy.cuda.Device().pci_bus_id)
+            ids = [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON]
+            count, speed = pynvml.nvmlDeviceGetFieldValues(handle, ids)
+            if count.nvmlReturn or speed.nvmlReturn:
+                return None
+            return count.value.uiVal * speed.value.uiVal / 1000 or None  # MB/s per link -> GB/s in all
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML, no GPU, no NVLink: no figure, not an error
+        return None
+
+
+def nccl_sendrecv(comm: Communicator, nbytes: int, peers: list[int]) -> Callable[[], None]:
+    """NCCL's own grouped send/recv of ``nbytes`` to and from each peer, contiguous buffers, current stream."""
+    import cupy
+    from cupy.cuda import nccl
+
+    nc = nccl_communicator(comm)
+    send = device_allocation(max(nbytes, 1) * max(len(peers), 1))
+    recv = device_allocation(max(nbytes, 1) * max(len(peers), 1))
+    send.fill(comm.rank)
+
+    def run() -> None:
+        stream = cupy.cuda.get_current_stream().ptr
+        nccl.groupStart()
+        for k, p in enumerate(peers):
+            nc.recv(recv.data.ptr + k * nbytes, nbytes, nccl.NCCL_UINT8, p, stream)
+        for k, p in enumerate(peers):
+            nc.send(send.data.ptr + k * nbytes, nbytes, nccl.NCCL_UINT8, p, stream)
+        nccl.groupEnd()
+
+    return run
+
+
+def torch_process_group(comm: Communicator) -> str | None:
+    """Collective: start torch.distributed's NCCL process group over ``comm``'s ranks (once per process: torch
+    keeps one default group), bootstrapped from rank 0's host and a free port sent over MPI; None when it runs,
+    else why torch's NCCL cannot be a peer here (the same answer on every rank)."""
+    reason = None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if not (torch.cuda.is_available() and dist.is_nccl_available()):
+            reason = "torch has no CUDA or no NCCL here"
+    except Exception as error:  # torch missing or broken: no peer, not an error
+        reason, dist = f"torch is not importable ({type(error).__name__}: {error})", None
+    reasons = [r for r in comm.mpi.allgather(reason) if r]
+    if reasons:
+        return reasons[0]
+    assert dist is not None
+    if dist.is_initialized():
+        return None if dist.get_world_size() == comm.size else "torch.distributed already runs over other ranks"
+    import socket
+
+    import cupy
+
+    address = None
+    if comm.rank == 0:
+        with socket.socket() as probe:  # a port free now; torch binds it straight after
+            probe.bind(("", 0))
+            address = (socket.gethostname(), probe.getsockname()[1])
+    host, port = comm.mpi.bcast(address, root=0)
+    device = torch.device("cuda", cupy.cuda.Device().id)
+    torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://{host}:{port}", rank=comm.rank, world_size=comm.size, device_id=device
+    )
+    return None
+
+
+def torch_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
+    """torch.distributed's ``all_to_all_single`` (NCCL; ``torch_process_group`` first) of ``nbytes`` to and from
+    every other rank: the all-to-all a PyTorch user would call, on the same bytes (nothing to itself)."""
+    import torch
+    import torch.distributed as dist
+
+    splits = [0 if r == comm.rank else nbytes for r in range(comm.size)]
+    send = torch.full((sum(splits),), comm.rank, dtype=torch.uint8, device="cuda")
+    recv = torch.empty_like(send)
+    return lambda: dist.all_to_all_single(recv, send, splits, splits)
+
+
+def time_exchanger(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:
+    """``{name: seconds per exchange}``, and ``{name + " graph": seconds per replay}`` of the exchange captured
+    in a CUDA graph where the transport allows it."""
+    import cupy
+
+    timings = {name: time_gpu(comm, exchanger.exchange, samples)}
+    if exchanger.transport.graph_capturable:
+        graph, stream = exchanger.capture(), cupy.cuda.get_current_stream()
+        timings[f"{name} graph"] = time_gpu(comm, lambda: graph.launch(stream), samples)
+    return timings

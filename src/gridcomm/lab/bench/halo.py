@@ -1,0 +1,195 @@
+"""``gridcomm bench halo``: time per halo exchange against message size and field count.
+
+The problem is the seed's GCL set-up: 3-D fields of ``levels`` vertical levels (the contiguous dimension),
+decomposed horizontally over a 2-D process grid, periodic horizontally, a halo of 3 lines, box stencil.
+Each case is timed for every MPI transport variant and beside its floor, measured in the same run:
+
+- ``floor``: bare mpi4py Isend/Irecv of the same per-peer byte counts from contiguous buffers that are
+  never written (what the issue defines as the floor);
+- ``floor_fresh``: the same, but each send buffer is rewritten before it is sent, as it is after a
+  compute step (a real exchange always sends freshly written data, which costs cache-coherence traffic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...comm import Communicator
+from ...decomp import CartesianDecomposition, choose_proc_grid
+from ...exchange import HaloExchanger
+from ...transports import CmaTransport, MpiTransport, Transport
+from ..measure.timing import time_collective
+
+VARIANTS: dict[str, Transport] = {
+    "cma": CmaTransport(),
+    "p2p/datatype": MpiTransport("p2p", "datatype"),
+    "p2p/copy": MpiTransport("p2p", "copy"),
+    "neighbor/datatype": MpiTransport("neighbor", "datatype"),
+    "neighbor/copy": MpiTransport("neighbor", "copy"),
+}
+
+
+@dataclass(frozen=True)
+class HaloCase:
+    """One benchmark case: ``n`` × ``n`` horizontal points per rank, ``fields`` float64 fields."""
+
+    n: int
+    fields: int
+    levels: int
+    halo: int
+
+
+def _floor(comm: Communicator, exchanger: HaloExchanger, fresh: bool) -> Callable[[], None]:
+    """Isend/Irecv of contiguous buffers with the exchanger's per-peer byte counts, plus a message to itself
+    of the bytes the exchanger copies locally (periodic wrap over one rank)."""
+    from mpi4py import MPI
+
+    mpi = comm.mpi
+    layout = exchanger.layout
+    to_self = [(comm.rank, exchanger.local_copy_nbytes)] if exchanger.local_copy_nbytes else []
+    send_sizes = [(m.peer, m.nbytes) for m in layout.sends] + to_self
+    recv_sizes = [(m.peer, m.nbytes) for m in layout.recvs] + to_self
+    sends = [(p, np.ones(n, np.uint8)) for p, n in send_sizes]
+    sources = [np.ones(n, np.uint8) for _, n in send_sizes]
+    recvs = [(p, np.empty(n, np.uint8)) for p, n in recv_sizes]
+    tag = comm.new_tag()
+
+    def run() -> None:
+        if fresh:
+            for (_, buffer), source in zip(sends, sources, strict=True):
+                np.copyto(buffer, source)
+        requests = [mpi.Irecv(b, p, tag) for p, b in recvs] + [mpi.Isend(b, p, tag) for p, b in sends]
+        MPI.Request.Waitall(requests)
+
+    return run
+
+
+def _decomposition(comm: Communicator, case: HaloCase) -> CartesianDecomposition:
+    """Each rank owns n × n columns of all levels: the global grid scales with the horizontal process grid."""
+    halo = ((case.halo, case.halo), (case.halo, case.halo), (0, 0))
+    px, py = choose_proc_grid(comm.size, (case.n, case.n), halo[:2], (True, True))
+    return CartesianDecomposition(
+        comm,
+        (case.n * px, case.n * py, case.levels),
+        halo=halo,
+        periodic=(True, True, False),
+        proc_grid=(px, py, 1),
+    )
+
+
+def _fields(decomposition: CartesianDecomposition, case: HaloCase, xp: Any) -> list[Any]:
+    rng = xp.random.RandomState(decomposition.comm.rank)  # drawn where the fields live: GB on a GPU
+    return [rng.random_sample(decomposition.local_shape) for _ in range(case.fields)]
+
+
+def _row(case: HaloCase, decomposition: CartesianDecomposition, exchanger: HaloExchanger) -> dict[str, Any]:
+    """What a result row says about the case and its messages (bytes per peer over all ranks)."""
+    comm = decomposition.comm
+    message_bytes = [m.nbytes for m in exchanger.layout.sends]
+    all_bytes = [b for rank_bytes in comm.mpi.allgather(message_bytes) for b in rank_bytes]
+    return {
+        "n": case.n,
+        "fields": case.fields,
+        "levels": case.levels,
+        "halo": case.halo,
+        "proc_grid": list(decomposition.proc_grid),
+        "peers_per_rank": len(message_bytes),
+        "bytes_per_peer_mean": float(np.mean(all_bytes)) if all_bytes else 0.0,
+        "bytes_per_peer_max": int(max(all_bytes, default=0)),
+    }
+
+
+def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]:
+    """Time every variant and both floors for ``case`` (collective, host fields); returns one result row."""
+    decomposition = _decomposition(comm, case)
+    fields = _fields(decomposition, case, np)
+    timings = {}
+    for i, (name, transport) in enumerate(VARIANTS.items()):
+        with HaloExchanger(decomposition, fields, transport) as exchanger:
+            timings[name] = time_collective(comm.mpi, exchanger.exchange, samples=samples)
+            if i == 0:  # the floors move the same per-peer bytes as the exchanges
+                floor = time_collective(comm.mpi, _floor(comm, exchanger, fresh=False), samples=samples)
+                floor_fresh = time_collective(comm.mpi, _floor(comm, exchanger, fresh=True), samples=samples)
+                row = _row(case, decomposition, exchanger)
+    best = min(timings, key=lambda k: timings[k].median)
+    return {
+        **row,
+        "floor": floor.as_dict(),
+        "floor_fresh": floor_fresh.as_dict(),
+        "variants": {k: t.as_dict() for k, t in timings.items()},
+        "best": best,
+        "best_over_floor": timings[best].median / floor.median,
+        "best_over_floor_fresh": timings[best].median / floor_fresh.median,
+    }
+
+
+def cases(sizes: Sequence[int], field_counts: Sequence[int], levels: int, halo: int) -> list[HaloCase]:
+    return [HaloCase(n, f, levels, halo) for f in field_counts for n in sizes]
+
+
+def run_gpu_case(
+    comm: Communicator, case: HaloCase, samples: int, transports: Sequence[str], hbm_gbps: float
+) -> dict[str, Any]:
+    """Time every GPU transport for ``case`` (GPU fields; graph replays too where the transport allows),
+    beside NCCL's own grouped send/recv of the same per-peer bytes and the peer-copy ceiling; and the pack
+    and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``."""
+    import cupy
+
+    from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, time_exchanger, time_gpu
+
+    decomposition = _decomposition(comm, case)
+    fields = _fields(decomposition, case, cupy)
+    row, peers, pack_gbps, unpack_gbps = _pack_unpack(comm, case, decomposition, fields, samples)
+    timings: dict[str, Any] = {}
+    for name in transports:
+        with HaloExchanger(decomposition, fields, name) as exchanger:
+            timings.update(time_exchanger(comm, exchanger, name, samples))
+    largest = row["bytes_per_peer_max"]  # over all ranks: every rank times the same ceilings
+    if largest:
+        timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, largest, peers), samples)
+        buffers = PeerBuffers(comm, largest)
+        timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, largest, False), samples)
+        buffers.close()
+    exchanges = {k: t for k, t in timings.items() if k not in ("nccl send/recv", "peer copy")}
+    best = min(exchanges, key=lambda k: exchanges[k].median)
+    return {
+        **row,
+        "times": {k: t.as_dict() for k, t in timings.items()},
+        "best": best,
+        "best_over_nccl": exchanges[best].median / timings["nccl send/recv"].median if largest else None,
+        "pack_GBps": pack_gbps,
+        "unpack_GBps": unpack_gbps,
+        "hbm_copy_GBps": hbm_gbps,
+    }
+
+
+def pack_unpack_gbps(comm: Communicator, case: HaloCase, samples: int) -> tuple[float, float]:
+    """The pack and unpack launches of ``case`` alone on GPU fields [GB/s, bytes read plus written]."""
+    import cupy
+
+    decomposition = _decomposition(comm, case)
+    fields = _fields(decomposition, case, cupy)
+    return _pack_unpack(comm, case, decomposition, fields, samples)[2:]
+
+
+def _pack_unpack(
+    comm: Communicator, case: HaloCase, decomposition: CartesianDecomposition, fields: list[Any], samples: int
+) -> tuple[dict[str, Any], list[int], float, float]:
+    """(the case's row, its peers, pack GB/s, unpack GB/s), timed on the packer of a staged exchanger (which
+    writes device message buffers), one rank at a time: the slowest rate of the ranks with bytes to move
+    (0 where none has any); the field-to-field copies of the pack launch count as read and written."""
+    from .ceilings import time_gpu_alone
+
+    with HaloExchanger(decomposition, fields, "staged") as staged:
+        row = _row(case, decomposition, staged)
+        packed = 2 * (staged.layout.send_nbytes + staged.packer.local_nbytes)
+        unpacked = 2 * staged.layout.recv_nbytes
+        pack = time_gpu_alone(comm, staged.packer.pack, samples)
+        unpack = time_gpu_alone(comm, staged.packer.unpack, samples)
+        rates = comm.mpi.allgather((packed / pack.median / 1e9, unpacked / unpack.median / 1e9))
+        pack_gbps, unpack_gbps = (min((r[k] for r in rates if r[k] > 0), default=0.0) for k in (0, 1))
+        return row, [m.peer for m in staged.layout.sends], pack_gbps, unpack_gbps

@@ -1,0 +1,383 @@
+"""A model of time per step on many GPUs, built from figures measured on one and two (docs/scaling.md).
+
+Inputs, read from result files of ``gridcomm bench``: each dwarf's time per step on one GPU (its kernels), the
+NVLink bandwidth (the peer-copy ceiling at the largest block) and the latency of one exchange over NVLink (an
+ipc all-to-all of 8 B replayed from a CUDA graph), both from a 2-GPU run; and, stated rather than measured, the
+network between nodes (bandwidth and latency per GPU) and the GPUs per node.
+
+An exchange moves its bytes to the peers of its node over NVLink and to other nodes over the network at the
+same time: it takes max(latency + bytes / bandwidth) over the two kinds of link it uses. A step is its compute
+(the one-GPU kernels' time, divided among the GPUs, never below a floor of kernel launches) plus its exchanges,
+with no overlap assumed (an upper bound where the dwarf overlaps them). ``compare`` puts every prediction for a
+case that was measured beside the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ...decomp import choose_proc_grid
+from .results import bytes_text
+
+#: GPU counts predicted (the issue asks for 16 to 1,024; 1 to 8 are measured or to be measured).
+GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: Seconds a replayed kernel costs at least, however little it does: the one-GPU persistent stencil step at
+#: n = 64 (one block barrier per step, stencil2d-gpu-1r-20261123T215627Z) took 2.5 µs, a graph-replayed stencil
+#: step (three kernels) 4.2 µs.
+KERNEL_FLOOR_S = 1.5e-6
+#: Kernels an MPDATA step launches on several GPUs: five compute phases, and per exchange one pack, one
+#: transport and one unpack kernel.
+MPDATA_KERNELS = 11
+#: MPDATA's exchanges per step, as fields of `levels` values per halo node: psi, then psi1 and its gradient.
+MPDATA_EXCHANGED_FIELDS = (1, 4)
+#: The transposition's bytes per grid value and field level: the Fourier coefficients as float64 pairs are
+#: as many bytes as the grid's float64 values (the local transposition on one GPU moves that at HBM speed).
+SPECTRAL_BYTES_PER_VALUE = 8
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The links of the modelled machine (bandwidths per GPU and direction, GB/s; latencies in seconds)."""
+
+    nvlink_GBps: float
+    nvlink_latency_s: float
+    network_GBps: float = 50.0  # one 400 Gb/s NIC per GPU
+    network_latency_s: float = 10e-6
+    gpus_per_node: int = 8
+
+    def exchange_s(self, on_node_bytes: float, off_node_bytes: float) -> float:
+        """One exchange moving these bytes out of one GPU, NVLink and network at once."""
+        on = self.nvlink_latency_s + on_node_bytes / (self.nvlink_GBps * 1e9) if on_node_bytes > 0 else 0.0
+        off = self.network_latency_s + off_node_bytes / (self.network_GBps * 1e9) if off_node_bytes > 0 else 0.0
+        return max(on, off)
+
+
+# -- the measured inputs ---------------------------------------------------------------------------------------
+
+
+#: A result file of a whole benchmark run on the GPUs: benchmark, ranks, time stamp.
+RESULT_NAME = re.compile(r"(mpdata|spectral|stencil2d|alltoall)-gpu-(\d+)r-\d{8}T\d{6}Z")
+
+
+def _runs(folder: Path) -> dict[tuple[str, int], list[Path]]:
+    """The result files of whole runs in ``folder`` by (benchmark, ranks), newest first (by their time stamp);
+    files of one variant (e.g. stencil2d-gpu-2r-ipc-...) are left out."""
+    runs: dict[tuple[str, int], list[Path]] = {}
+    for path in sorted(folder.glob("*-gpu-*r-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True):
+        if named := RESULT_NAME.fullmatch(path.stem):
+            runs.setdefault((named[1], int(named[2])), []).append(path)
+    return runs
+
+
+def _newest(
+    runs: dict[tuple[str, int], list[Path]], name: str, ranks: int, accept: Any = lambda payload: True
+) -> tuple[str, dict] | None:
+    """(name, content) of the newest run of benchmark ``name`` on ``ranks`` ranks whose content ``accept`` takes."""
+    for path in runs.get((name, ranks), []):
+        payload = json.loads(path.read_text())
+        if accept(payload):
+            return path.stem, payload
+    return None
+
+
+@dataclass
+class Inputs:
+    """What the model is built from, each figure with the result file it came from."""
+
+    machine: Machine
+    sources: dict[str, str]
+    stencil_1gpu_s: dict[int, float]  # graph mode, per n
+    mpdata_1gpu_s: dict[str, tuple[int, int, float]]  # grid -> (nodes, levels, seconds), no exchange
+    spectral_1gpu: dict[str, Any] | None  # the TCo639 row (points, batch, split_s, time_per_step_s)
+    measured: list[dict[str, Any]]  # multi-GPU points to compare with: (dwarf, case, gpus, seconds)
+
+
+def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: float) -> Inputs:
+    """The model's inputs from the newest fitting result files in ``folder``; ``stated`` overrides the network
+    (network_GBps, network_latency_s, gpus_per_node). ValueError naming the missing benchmark."""
+    runs = _runs(Path(folder))
+    sources: dict[str, str] = {}
+    links = _newest(runs, "alltoall", 2)
+    if machine is None:
+        if links is None:
+            raise ValueError(f"no alltoall-gpu-2r-*.json in {folder}: run gridcomm bench alltoall --np 2 on 2 GPUs")
+        sources["links"], payload = links
+        rows = sorted(payload["results"], key=lambda r: r["bytes_per_peer"])
+        largest = rows[-1]
+        ceiling = largest["times"].get("peer copy kernel") or largest["times"]["peer copy"]
+        machine = Machine(
+            nvlink_GBps=largest["bytes_per_peer"] / ceiling["median_s"] / 1e9,
+            nvlink_latency_s=rows[0]["times"]["ipc graph"]["median_s"],
+            **stated,
+        )
+    measured: list[dict[str, Any]] = []
+    if links is not None:
+        for r in links[1]["results"]:
+            measured.append(_point("alltoall", r["bytes_per_peer"], 2, r["times"]["ipc graph"]))
+    stencil: dict[int, float] = {}
+    if found := _newest(runs, "stencil2d", 1, lambda p: any(r["mode"] == "graph" for r in p["results"])):
+        sources["stencil2d"] = found[0]
+        stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if r["mode"] == "graph"}
+    if found := _newest(runs, "stencil2d", 2, lambda p: any(r["mode"] == "graph" for r in p["results"])):
+        for r in found[1]["results"]:
+            if r["mode"] == "graph":
+                measured.append(_point("stencil2d", r["n"], 2, r["time_per_step_s"]))
+    mpdata: dict[str, tuple[int, int, float]] = {}
+    if found := _newest(runs, "mpdata", 1):
+        sources["mpdata"] = found[0]
+        for r in found[1]["results"]:
+            if r["transport"] == "none":
+                mpdata[r["grid"]] = (r["nodes"], r["levels"], r["time_per_step_s"])
+    spectral = None
+    if found := _newest(runs, "spectral", 1, lambda p: p["results"][0].get("steps", 0) >= 20
+                        and p["results"][0].get("levels") == 137):  # fmt: skip
+        sources["spectral"] = found[0]
+        spectral = found[1]["results"][0]
+    return Inputs(machine, sources, stencil, mpdata, spectral, measured)
+
+
+def _point(dwarf: str, size: int, gpus: int, seconds: Any) -> dict[str, Any]:
+    """A measured point: the dwarf, its size (bytes per peer, or n), GPUs and seconds (a timing's median)."""
+    measured = seconds["median_s"] if isinstance(seconds, dict) else seconds
+    return {"dwarf": dwarf, "size": int(size), "gpus": gpus, "measured_s": measured}
+
+
+# -- the dwarfs ------------------------------------------------------------------------------------------------
+
+
+def alltoall_s(m: Machine, gpus: int, bytes_per_peer: float) -> float:
+    """One all-to-all of ``bytes_per_peer`` to every other GPU."""
+    if gpus == 1:
+        return 0.0
+    node = min(gpus, m.gpus_per_node)
+    return m.exchange_s((node - 1) * bytes_per_peer, (gpus - node) * bytes_per_peer)
+
+
+def stencil2d_s(m: Machine, gpus: int, n: int, one_gpu_s: float, itemsize: int = 8) -> float:
+    """A step of n x n points per GPU (weak scaling) on the process grid gridcomm picks, ranks filling nodes in
+    order: the one-GPU step plus the exchange of the slowest rank."""
+    if gpus == 1:
+        return one_gpu_s
+    side = n * gpus
+    px, py = (int(v) for v in choose_proc_grid(gpus, (side, side), ((1, 1), (1, 1)), (False, False)))
+    worst = 0.0
+    for rank in range(gpus):
+        i, j = divmod(rank, py)
+        on = off = 0
+        for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+            if 0 <= i + di < px and 0 <= j + dj < py:
+                peer = (i + di) * py + (j + dj)
+                if peer // m.gpus_per_node == rank // m.gpus_per_node:
+                    on += n * itemsize
+                else:
+                    off += n * itemsize
+        worst = max(worst, m.exchange_s(on, off))
+    return one_gpu_s + worst
+
+
+def halo_coefficient(grid: str = "O96", parts: int = 16, layers: int = 2) -> float:
+    """Halo nodes of ``layers`` layers per square root of owned nodes, median over the parts of an equal-regions
+    partition of ``grid`` (a part's halo grows with its perimeter)."""
+    from statistics import median
+
+    from ...grids.mesh import MedianDualMesh
+    from ...grids.octahedral import OctahedralGrid
+    from ...grids.partition import equal_regions, partition_report
+
+    octahedral = OctahedralGrid(grid)
+    mesh = MedianDualMesh(octahedral)
+    report = partition_report(mesh, equal_regions(octahedral, parts), layers)
+    return float(median(p["halo"][-1] / math.sqrt(p["owned"]) for p in report))
+
+
+def mpdata_s(m: Machine, gpus: int, nodes: int, levels: int, one_gpu_s: float, halo_per_sqrt: float) -> float:
+    """A step of MPDATA on ``nodes`` x ``levels`` split over the GPUs (strong scaling): the kernels' share, never
+    below MPDATA_KERNELS launches, plus two exchanges of the two-layer halo (half of it off the node once there
+    are several nodes: a part's neighbours in its own latitude band share its node, those across bands do not)."""
+    if gpus == 1:
+        return one_gpu_s
+    compute = max(one_gpu_s / gpus, MPDATA_KERNELS * KERNEL_FLOOR_S)
+    halo_nodes = halo_per_sqrt * math.sqrt(nodes / gpus)
+    off_share = 0.5 if gpus > m.gpus_per_node else 0.0
+    exchanges = 0.0
+    for fields in MPDATA_EXCHANGED_FIELDS:
+        nbytes = halo_nodes * levels * 8 * fields
+        exchanges += m.exchange_s(nbytes * (1 - off_share), nbytes * off_share)
+    return compute + exchanges
+
+
+def spectral_s(m: Machine, gpus: int, row: dict[str, Any]) -> float:
+    """A step of the spectral transform (one inverse, one direct: two transpositions) over the GPUs: FFT and
+    Legendre divided among them, each transposition an all-to-all of the Fourier data plus the local copy of the
+    block a GPU keeps, at the HBM copy bandwidth measured beside the one-GPU run (``hbm_GBps``)."""
+    split = row["split_s"]
+    compute = (split["legendre"] + split["fft"]) / gpus
+    if gpus == 1:
+        return compute + split["transposition"]  # none on one GPU now; a local copy in runs before 2026-11-24
+    data = row["points"] * row["batch"] * SPECTRAL_BYTES_PER_VALUE  # one transposition, all GPUs together
+    per_peer = data / gpus**2
+    local = 2 * 2 * per_peer / (row["hbm_GBps"] * 1e9)  # the kept block, read and written, in each transposition
+    return compute + local + 2 * alltoall_s(m, gpus, per_peer)
+
+
+# -- predictions and comparisons -------------------------------------------------------------------------------
+
+#: Block sizes per peer of the all-to-all predictions, bytes.
+ALLTOALL_SIZES = (8, 1 << 20, 32 << 20)
+
+
+def case_name(dwarf: str, size: int) -> str:
+    """How a case is named in predictions and tables: bytes per peer for the all-to-all, else n."""
+    return f"{bytes_text(size)} per peer" if dwarf == "alltoall" else f"n = {size}"
+
+
+def predict(inputs: Inputs, gpu_counts: Sequence[int] = GPU_COUNTS, halo_per_sqrt: float | None = None) -> dict:
+    """Predicted seconds per step (per exchange for the all-to-all) for every dwarf and case, per GPU count."""
+    m = inputs.machine
+    out: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
+    for nbytes in ALLTOALL_SIZES:
+        out["alltoall"][case_name("alltoall", nbytes)] = {p: alltoall_s(m, p, nbytes) for p in gpu_counts}
+    for n, t in sorted(inputs.stencil_1gpu_s.items()):
+        out["stencil2d"][case_name("stencil2d", n)] = {p: stencil2d_s(m, p, n, t) for p in gpu_counts}
+    if inputs.mpdata_1gpu_s:
+        halo = halo_per_sqrt if halo_per_sqrt is not None else halo_coefficient()
+        for grid, (nodes, levels, t) in sorted(inputs.mpdata_1gpu_s.items(), key=lambda kv: kv[1][0]):
+            out["mpdata"][f"{grid} x {levels}"] = {p: mpdata_s(m, p, nodes, levels, t, halo) for p in gpu_counts}
+    if inputs.spectral_1gpu is not None:
+        row = inputs.spectral_1gpu
+        out["spectral"][f"TCo{row['truncation']} (batch {row['batch']})"] = {
+            p: spectral_s(m, p, row) for p in gpu_counts
+        }
+    return out
+
+
+def compare(inputs: Inputs) -> list[dict[str, Any]]:
+    """Every measured multi-GPU point beside the model's prediction for it (ratio = predicted / measured)."""
+    m, rows = inputs.machine, []
+    for point in inputs.measured:
+        if point["dwarf"] == "alltoall":
+            predicted = alltoall_s(m, point["gpus"], point["size"])
+        elif point["size"] in inputs.stencil_1gpu_s:
+            predicted = stencil2d_s(m, point["gpus"], point["size"], inputs.stencil_1gpu_s[point["size"]])
+        else:
+            continue
+        rows.append({**point, "predicted_s": predicted, "ratio": predicted / point["measured_s"]})
+    return rows
+
+
+def model_config(inputs: Inputs, comparisons: list[dict[str, Any]], halo_per_sqrt: float) -> dict[str, Any]:
+    """The ``config`` record of a model's results file: the machine model, its sources, the comparisons."""
+    return {
+        "machine_model": asdict(inputs.machine),
+        "kernel_floor_s": KERNEL_FLOOR_S,
+        "mpdata_halo_nodes_per_sqrt_owned": halo_per_sqrt,
+        "sources": inputs.sources,
+        "comparisons": comparisons,
+    }
+
+
+def targets(predictions: dict) -> list[list[str]]:
+    """The scaling issue's targets as the model predicts them: [what, predicted figure and target]."""
+    out = []
+    for case, curve in predictions.get("mpdata", {}).items():
+        if case.startswith("O1280") and 8 in curve:
+            out.append([f"MPDATA {case}, 1 to 8 GPUs", f"{curve[1] / (8 * curve[8]):.1%} efficiency (target 80 %)"])
+    for case, curve in predictions.get("spectral", {}).items():
+        if 2 in curve and 8 in curve:
+            out.append([f"{case}, 2 to 8 GPUs", f"{curve[2] / curve[8]:.2f}x (target 3.6x; the seed 3.2x for 4 to 16)"])
+    sizes = {case_name("alltoall", size): size for size in ALLTOALL_SIZES}
+    for case, curve in predictions.get("alltoall", {}).items():
+        size = sizes[case]
+        for p in (4, 8):
+            if size >= 1 << 20 and p in curve:
+                busbw = size * (p - 1) / curve[p] / 1e9
+                out.append([f"all-to-all {case} on {p} GPUs", f"{busbw:.0f} GB/s busbw (ipc; target 1.2x NCCL's)"])
+    return out
+
+
+def measured_curves(folder: str | Path) -> dict[str, dict[str, dict[int, float]]]:
+    """Strong and weak scaling as measured: for every dwarf and transport (or mode), seconds per step against
+    GPUs, from the newest GPU result file per GPU count in ``folder`` (MPDATA O1280 and the spectral transform's
+    largest case: strong; stencil2d's graph and persistent modes at n = 64, 1024 and 8192: weak; the all-to-all at
+    its largest block)."""
+    newest = {key: json.loads(paths[0].read_text()) for key, paths in _runs(Path(folder)).items()}
+    curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
+    for (name, gpus), payload in sorted(newest.items()):
+        rows = payload["results"]
+        if name == "mpdata":
+            for r in rows:
+                if r["grid"] == "O1280" and r["transport"] != "host":
+                    curves["mpdata"].setdefault(f"O1280, {r['transport']}", {})[gpus] = r["time_per_step_s"]
+        elif name == "spectral":
+            r = max(rows, key=lambda r: (r["points"], r.get("batch", 0)))
+            curves["spectral"].setdefault(f"{r['grid']} batch {r.get('batch')}, {r['transport']}", {})[gpus] = r[
+                "time_per_step_s"
+            ]
+        elif name == "stencil2d":
+            for r in rows:
+                if r["n"] in (64, 1024, 8192) and r["mode"] in ("graph", "persistent"):
+                    label = f"n = {r['n']}, {r['mode']} ({r['transport']})"
+                    curves["stencil2d"].setdefault(label, {})[gpus] = r["time_per_step_s"]
+        else:
+            r = max(rows, key=lambda r: r["bytes_per_peer"])
+            for transport, timing in r["times"].items():
+                curves["alltoall"].setdefault(f"{bytes_text(r['bytes_per_peer'])}, {transport}", {})[gpus] = timing[
+                    "median_s"
+                ]
+    return curves
+
+
+def plot_scaling(
+    predictions: dict, comparisons: list[dict[str, Any]], png: str | Path, measured: dict | None = None
+) -> Path:
+    """Predicted time per step against GPUs (top row of panels: one per dwarf, ideal strong scaling dashed for
+    MPDATA and the spectral transform, the measured points compared as dots) and, below, every dwarf and
+    transport as measured at each GPU count with its ideal line (strong: the fewest GPUs' time shared out;
+    weak: flat). Returns the PNG's path."""
+    from ...extras import figure
+
+    fig = figure(figsize=(18, 9))
+    grid = fig.subplots(2, 4)
+    axes = grid[0]
+    for ax, (dwarf, curves) in zip(grid[1], (measured or {}).items(), strict=False):
+        for k, (label, curve) in enumerate(curves.items()):
+            gpus = sorted(curve)
+            line = ax.loglog(gpus, [curve[p] * 1e6 for p in gpus], "o-", label=label, color=f"C{k % 10}")[0]
+            if len(gpus) > 1:
+                first = gpus[0]
+                ideal = [curve[first] * (1 if dwarf == "stencil2d" else first / p) for p in gpus]
+                ax.loglog(gpus, [t * 1e6 for t in ideal], ":", color=line.get_color(), alpha=0.6)
+        ax.set_title(f"{dwarf} as measured (ideal dotted)", fontsize=9)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("µs")
+        ax.grid(True, which="both", alpha=0.3)
+        if curves:
+            ax.legend(fontsize=5)
+    titles = {"alltoall": "all-to-all (per exchange)", "stencil2d": "stencil2d, n x n per GPU (weak)",
+              "mpdata": "MPDATA (strong)", "spectral": "spectral transform (strong)"}  # fmt: skip
+    for ax, (dwarf, cases) in zip(axes, predictions.items(), strict=False):
+        for k, (case, curve) in enumerate(cases.items()):
+            gpus = sorted(p for p in curve if curve[p] > 0)  # a log axis: no all-to-all on one GPU
+            line = ax.loglog(gpus, [curve[p] * 1e6 for p in gpus], "-", label=case, color=f"C{k}")[0]
+            if dwarf in ("mpdata", "spectral"):
+                ax.loglog(gpus, [curve[1] / p * 1e6 for p in gpus], "--", color=line.get_color(), alpha=0.5)
+            seen = [c for c in comparisons if c["dwarf"] == dwarf and case_name(dwarf, c["size"]) == case]
+            if seen:
+                ax.loglog([c["gpus"] for c in seen], [c["measured_s"] * 1e6 for c in seen], "o", color=line.get_color())
+        ax.set_title(titles.get(dwarf, dwarf), fontsize=9)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("µs")
+        ax.grid(True, which="both", alpha=0.3)
+        if cases:
+            ax.legend(fontsize=6)
+    fig.suptitle("model: lines; measured: dots; ideal strong scaling: dashed", fontsize=9)
+    fig.tight_layout()
+    path = Path(png)
+    fig.savefig(path, dpi=100)
+    return path

@@ -1,0 +1,138 @@
+"""``gridcomm bench p2p`` and ``bench alltoall``: moving contiguous blocks between GPUs, per transport.
+
+Each rank sends ``nbytes`` to each peer (p2p: the other of 2 ranks; alltoall: every other rank) and
+receives as much from each: through gridcomm's Transposer (``from_counts``: block r of a byte source goes to
+rank r and lands in block (this rank) of its destination), so that every transport runs its real path, both
+ipc methods (one kernel; copy engines on per-peer streams), beside NCCL's own grouped send/recv of the same
+bytes and the peer-copy ceiling (a copy kernel, and the copy engines, writing straight into the peers'
+memory), all in the same run. Latency is the time per exchange of the smallest sizes; bandwidth is bytes
+sent per rank per second, and busbw (as nccl-tests) that times (n - 1) / n.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...comm import Communicator
+from ...transports import LABELLED, Transport
+from ...transpose import Transposer
+from .ceilings import (
+    PeerBuffers,
+    nccl_sendrecv,
+    nvlink_nominal_gbps,
+    peer_copy,
+    sync,
+    time_exchanger,
+    time_gpu,
+    torch_alltoall,
+    torch_process_group,
+)
+
+GPU_TRANSPORTS = ("staged", "nccl", "ipc")
+
+
+def variants(names: Sequence[str]) -> dict[str, str | Transport]:
+    """The transports to time, by label: each name, and each configured variant of it (``transports.LABELLED``:
+    ipc's copy-engine method beside its kernel)."""
+    out: dict[str, str | Transport] = {name: name for name in names}
+    for label, transport in LABELLED.items():
+        if transport.name in out:
+            out[label] = transport
+    return out
+
+
+def block_transposer(comm: Communicator, nbytes: int, source: Any, destination: Any, transport: Any) -> Transposer:
+    """``nbytes`` of ``source`` block r to every other rank r, landing in block (this rank) of its destination."""
+    counts = [0 if r == comm.rank else nbytes for r in range(comm.size)]
+    displs = [r * nbytes for r in range(comm.size)]
+    return Transposer.from_counts(comm, counts, displs, counts, displs, source, destination, transport)
+
+
+def sizes_between(smallest: int, largest: int, factor: int = 4) -> list[int]:
+    """smallest, smallest*factor, ... up to largest (bytes)."""
+    out, n = [], smallest
+    while n <= largest:
+        out.append(n)
+        n *= factor
+    return out
+
+
+NCCL_PEERS = ("nccl send/recv", "torch all_to_all")  # NCCL called directly, not through gridcomm
+
+
+def run_transfer(
+    comm: Communicator,
+    sizes: Sequence[int],
+    transports: Mapping[str, str | Transport] | None = None,
+    samples: int = 7,
+    progress: Callable[[int], Any] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Collective: one row per message size, with every transport (``{label: name or Transport}``, default
+    ``variants(GPU_TRANSPORTS)``), NCCL's own calls and the ceilings [s per exchange], ``progress(sizes done)``
+    after each; and what the rows share (the NVLink nominal rate, why a peer is missing)."""
+    import cupy
+
+    transports = variants(GPU_TRANSPORTS) if transports is None else transports
+    peers = [r for r in range(comm.size) if r != comm.rank]
+    buffers = PeerBuffers(comm, max(sizes))
+    no_torch = torch_process_group(comm)
+    nominal = comm.mpi.allgather(nvlink_nominal_gbps())
+    shared = {
+        "nvlink_nominal_GBps": min(nominal) if all(nominal) else None,
+        "torch_missing": no_torch,
+    }
+    rows = []
+    for nbytes in sizes:
+        source = cupy.full(comm.size * nbytes, comm.rank + 1, dtype=np.uint8)
+        destination = cupy.zeros(comm.size * nbytes, dtype=np.uint8)
+        timings: dict[str, Any] = {}
+        for name, transport in transports.items():
+            destination.fill(0)  # each transport must deliver on its own
+            with block_transposer(comm, nbytes, source, destination, transport) as transposer:
+                timings.update(time_exchanger(comm, transposer, name, samples))
+            _check_received(comm, destination, nbytes, peers)
+        timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, nbytes, peers), samples)
+        if no_torch is None:
+            timings["torch all_to_all"] = time_gpu(comm, torch_alltoall(comm, nbytes), samples)
+        timings["peer copy kernel"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=False), samples)
+        timings["peer copy engine"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=True), samples)
+        sent = nbytes * len(peers)
+        ceiling = min(timings["peer copy kernel"].median, timings["peer copy engine"].median)
+        # gridcomm's fastest way that is not NCCL, against NCCL's fastest (its own calls, or gridcomm's nccl).
+        nccl_best = min(t.median for k, t in timings.items() if k.startswith("nccl") or k in NCCL_PEERS)
+        ours = {k: t.median for k, t in timings.items() if _transport_of(k) in set(transports) - {"nccl"}}
+        best = min(ours, key=ours.__getitem__) if ours else None
+        rows.append(
+            {
+                "bytes_per_peer": nbytes,
+                "peers": len(peers),
+                "times": {k: t.as_dict() for k, t in timings.items()},
+                "GBps": {k: sent / t.median / 1e9 for k, t in timings.items()},
+                "busbw_GBps": {k: sent * (comm.size - 1) / comm.size / t.median / 1e9 for k, t in timings.items()},
+                "ceiling_GBps": sent / ceiling / 1e9,
+                "best": best,
+                "best_vs_nccl_best": nccl_best / ours[best] if best else None,
+            }
+        )
+        del source, destination
+        if progress is not None:
+            progress(len(rows))
+    buffers.close()
+    return rows, shared
+
+
+def _transport_of(label: str) -> str:
+    """The transport a timing's label names: "ipc/copy-engine graph" -> "ipc"."""
+    return label.split()[0].split("/")[0]
+
+
+def _check_received(comm: Communicator, destination: Any, nbytes: int, peers: Sequence[int]) -> None:
+    """Every received block holds its sender's bytes (rank + 1): a benchmark never times a broken path."""
+    sync()
+    host = destination.get().reshape(comm.size, nbytes)
+    wrong = [r for r in peers if not (host[r] == (r + 1) % 256).all()]
+    if wrong:
+        raise AssertionError(f"rank {comm.rank}: blocks from ranks {wrong} arrived wrong ({nbytes} B each)")
