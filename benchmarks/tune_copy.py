@@ -37,6 +37,7 @@ from gridcomm.lab.measure.machine import machine_info
 from gridcomm.launch import run_under_mpiexec, under_launcher
 from gridcomm.packing import cuda
 from gridcomm.packing.geometry import RunGrid
+from gridcomm.packing.table import Descriptors
 
 SIZES = (8 << 20, 128 << 20)  # bytes per peer
 CONTIGUOUS = 1 << 30
@@ -49,7 +50,7 @@ def contiguous_gbps(comm: Communicator, nbytes: int, samples: int) -> float:
     src, dst = cuda.device_allocation(nbytes), cuda.device_allocation(nbytes)
     src.fill(1)
     whole = RunGrid(start=0, n0=1, n1=1, stride0=0, stride1=0, run_bytes=nbytes)
-    rows = cuda.Descriptors(cupy)
+    rows = Descriptors(cupy)
     rows.add(src.data.ptr, whole, dst.data.ptr, whole)
     table = cuda.SegmentTable(rows)
     t = time_gpu_alone(comm, lambda: table.copy(None), samples)

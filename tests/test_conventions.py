@@ -18,8 +18,8 @@ import pytest
 
 import gridcomm
 import gridcomm.comm
-import gridcomm.timeouts
 import gridcomm.log
+import gridcomm.timeouts
 from gridcomm import FieldError, GridcommTimeout, HaloExchanger, MissingDependencyError, OversubscriptionWarning
 from gridcomm.transports import choose
 

@@ -1,6 +1,6 @@
 """The GPU kernels' descriptor tables, replayed on the host (no GPU needed).
 
-packing/cuda.py describes every copy of an exchange as rows of run grids (kernels/runs.cuh). Here the same
+packing/table.py describes every copy of an exchange as rows of run grids (packing/runs.cuh). Here the same
 rows are built over NumPy arrays and replayed with memmove, block by block and piece by piece as the kernel
 walks them: pack into a message and unpack on the receiver (the staged, mpi and nccl path), and field to
 field into another rank's array of a different shape (the ipc path), for random decompositions of 1 to 8
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from gridcomm import Box, CartesianDecomposition, DecompositionError, Pattern
 from gridcomm.packing import FieldSpec, Layout
-from gridcomm.packing.cuda import (
+from gridcomm.packing.geometry import run_grid
+from gridcomm.packing.table import (
     DST,
     DST_INDEX,
     DST_STRIDE0,
@@ -37,7 +38,6 @@ from gridcomm.packing.cuda import (
     address,
     balanced_pieces,
 )
-from gridcomm.packing.geometry import run_grid
 from gridcomm.transports import ipc
 
 

@@ -19,7 +19,7 @@ from gridcomm import FieldError, GridcommError, HaloExchanger, TransportError
 pytestmark = [pytest.mark.gpu, needs_gpus(1)]
 
 NVSHMEM_USABLE = gridcomm.shmem.unavailable_reason() is None  # gridcomm[nvshmem] installed
-GPU_TRANSPORTS = ["staged", "nccl", "ipc", "auto"] + (["nvshmem"] if NVSHMEM_USABLE else [])
+GPU_TRANSPORTS = [*gridcomm.transports.runnable(on_device=True), "auto"]
 # 1 and 2 ranks, and one per GPU where there are more (one rank per GPU: the all-to-all of every pair at once).
 RANK_COUNTS = sorted({n for n in (1, 2, gpu_count()) if 1 <= n <= gpu_count()}) or [1]
 ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}

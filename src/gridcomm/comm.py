@@ -127,7 +127,10 @@ class Communicator:
         self.rank: int = self.mpi.Get_rank()
         self.size: int = self.mpi.Get_size()
         self._next_tag = 0
-        self.facts: dict[str, Any] = {}  # collective findings about these ranks, e.g. which transports work
+        #: Why each transport cannot move fields between these ranks (None: it can), found collectively once.
+        self.reasons: dict[str, str | None] = {}
+        #: The NCCL communicator over these ranks, made on first use (gridcomm.gpu.nccl_communicator).
+        self.nccl: Any = None
         self.graphs: weakref.WeakSet[Any] = weakref.WeakSet()  # captured exchanges, released by close()
         if self.size == MPI.COMM_WORLD.Get_size() and not _job_communicator_built:
             self._look_at_the_node()
@@ -254,7 +257,7 @@ class Communicator:
 
         for graph in list(self.graphs):  # NCCL frees a communicator only once no graph that used it lives
             graph.close()
-        nccl = self.facts.pop("nccl", None)
+        nccl, self.nccl = self.nccl, None
         if nccl is not None:
             nccl.destroy()
         if self.mpi != MPI.COMM_NULL:

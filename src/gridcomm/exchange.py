@@ -266,24 +266,27 @@ class BoundExchange:
     def _bind_or_fall_back(self, transport: str | Transport) -> None:
         """``_bind``. With ``"auto"``, where several candidates can move these fields: the fastest for this plan,
         measured (transports/auto.py; not in validation mode, whose checks would be timed too). Otherwise where
-        ``"auto"`` picked ipc and ipc cannot map or pair these arrays (every rank raised together), the next best
-        transport. ``self.transport_reason`` says which and why."""
+        ``"auto"``'s pick cannot bind these arrays (every rank raised together: ipc cannot map memory that cudaMalloc
+        did not allocate, or pair blocks cut differently), the next best transport. ``self.transport_reason`` says
+        which and why."""
         self.transport_reason = f"{self.transport.name}: asked for"
         if transport == "auto":
             measuring = not self.validate and auto_measurement()
             self.transport_reason = auto_choice_reason(available(self.comm, self.on_device), self.on_device, measuring)
             if measuring and self._bind_measured():
                 return
-        try:
-            self._bind()
-        except TransportError as error:
-            if transport != "auto" or self.transport.name != "ipc":
-                raise
-            log.info("%s: ipc cannot take these arrays (%s); falling back", type(self).__name__, error)
-            self.transport = choose("auto", self.comm, self.on_device, exclude=("ipc",))
-            self.transport_reason = f"{self.transport.name}: ipc cannot pair these blocks (a block must land in a " \
-                "box of the extents it was sent as)"
-            self._bind()
+        unfit = list(self._unfit)
+        while True:
+            try:
+                self._bind()
+                return
+            except TransportError as error:  # raised on every rank together
+                if transport != "auto":
+                    raise
+                unfit.append(self.transport.name)
+                log.info("%s: %s cannot take these arrays (%s); falling back", type(self).__name__, unfit[-1], error)
+                self.transport = choose("auto", self.comm, self.on_device, exclude=tuple(unfit))
+                self.transport_reason = f"{self.transport.name}: {unfit[-1]} cannot take these arrays ({error})"
 
     def _bind_measured(self) -> bool:
         """Collective: bind each usable candidate of ``auto.candidates`` in turn, time the plan's own exchange and
@@ -312,6 +315,8 @@ class BoundExchange:
             seconds[label] = auto.time_exchanges(self.comm, self.exchange, self._synchronize)
             self.channel.close()
             self.packer.close()
+        if not seconds:  # no candidate could bind these arrays: the order of preference and its fallbacks decide
+            return False
         measured = auto.pick(seconds, list(usable))
         auto.remember(self.comm, key, measured.chosen)
         self.transport = choose(usable[measured.chosen], self.comm, self.on_device)

@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import functools
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from .comm import Communicator
 from .device import cupy_or_none, gpu_count
 from .errors import DeviceError
-from .kernel_text import include_folders, kernel_text
 
 
 def use_local_gpu(comm: Communicator | None = None) -> int:
@@ -59,28 +55,10 @@ def all_peers_reachable(comm: Communicator) -> str | None:
 def nccl_communicator(comm: Communicator) -> Any:
     """Collective: the NCCL communicator over ``comm``'s ranks, made once per Communicator (bootstrapped over
     MPI: rank 0's unique id is broadcast)."""
-    if "nccl" not in comm.facts:
+    if comm.nccl is None:
         from cupy.cuda import nccl
 
         uid = nccl.get_unique_id() if comm.rank == 0 else None
         uid = comm.mpi.bcast(uid, root=0)
-        comm.facts["nccl"] = nccl.NcclCommunicator(comm.size, uid, comm.rank)
-    return comm.facts["nccl"]
-
-
-def package_kernel(package: str, source: str, name: str, options: tuple[str, ...] = ("-std=c++17",)) -> Any:
-    """Kernel ``name`` of the CUDA file ``source`` (package data of ``package``) on the current GPU, compiled by
-    NVRTC with ``options`` once per GPU (CuPy also caches the binary on disk, under a key that covers the
-    headers the file includes: ``gridcomm.kernel_text``)."""
-    import cupy
-
-    return _package_module(package, source, options, cupy.cuda.Device().id).get_function(name)
-
-
-@functools.cache
-def _package_module(package: str, source: str, options: tuple[str, ...], device: int) -> Any:
-    import cupy
-
-    path = Path(str(resources.files(package).joinpath(source)))
-    with cupy.cuda.Device(device):
-        return cupy.RawModule(code=kernel_text(path, include_folders(options)), options=options)
+        comm.nccl = nccl.NcclCommunicator(comm.size, uid, comm.rank)
+    return comm.nccl

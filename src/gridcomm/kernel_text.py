@@ -2,7 +2,7 @@
 
 CuPy caches the binaries NVRTC builds on disk, keyed by the source text and the options alone: the headers a
 source includes are not part of the key. After an upgrade that changed only a header (say the width of the
-descriptor table in ``packing/kernels/runs.cuh``), a process would load the binary built from the old header
+descriptor table in ``packing/runs.cuh``), a process would load the binary built from the old header
 and run it on tables of the new layout: a misaligned address at best, wrong halos at worst. So every source
 gridcomm compiles ends with a comment holding a digest of the headers it includes, directly or through others:
 a changed header is a changed text, hence a new cache entry. ``shmem.build_cubin`` keys its own cache on the

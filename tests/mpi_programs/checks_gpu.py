@@ -192,7 +192,7 @@ def check_nccl_silent_peer_times_out(comm):
         release(comm)
     else:
         await_release(comm)
-        nccl = d.comm.facts.pop("nccl", None)
+        nccl, d.comm.nccl = d.comm.nccl, None
         if nccl is not None:
             nccl.abort()
         ex.close()

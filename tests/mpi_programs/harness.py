@@ -41,13 +41,12 @@ HOST_TRANSPORTS: dict[str, Any] = {
 BOX_TRANSPORTS: dict[str, Any] = {}
 if ON_GPU:
     BOX_TRANSPORTS["ipc/copy-engine"] = IpcTransport(method="copy-engine")
-    TRANSPORTS: dict[str, Any] = {"staged": "staged", "nccl": "nccl", "ipc": "ipc", "auto": "auto"}
-    # Messages of more than one chunk (the suites' are smaller than a default chunk): the pipelined path.
+    # Every GPU transport of the registry that can run in this process (mpi where MPI is CUDA-aware, nvshmem where
+    # gridcomm[nvshmem] is installed), auto, and staged in messages of more than one chunk (the suites' are
+    # smaller than a default chunk): its pipelined path.
+    TRANSPORTS: dict[str, Any] = {name: name for name in gridcomm.transports.runnable(on_device=True)}
+    TRANSPORTS["auto"] = "auto"
     TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)
-    if gridcomm.mpilib.mpi_cuda_aware():
-        TRANSPORTS["mpi"] = "mpi"
-    if gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem] installed
-        TRANSPORTS["nvshmem"] = "nvshmem"
     TRANSPORT_CHOICES: dict[str, Any] = dict(TRANSPORTS)
 else:
     TRANSPORTS = HOST_TRANSPORTS

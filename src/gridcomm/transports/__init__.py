@@ -15,13 +15,10 @@ from .nccl import NcclTransport
 from .nvshmem import NvshmemTransport
 from .staged import StagedTransport
 
+#: Every transport, by name, in the order tables show them (the baselines first, then the fastest ways).
 _REGISTRY: dict[str, type[Transport]] = {
-    "cma": CmaTransport,
-    "ipc": IpcTransport,
-    "mpi": MpiTransport,
-    "nccl": NcclTransport,
-    "nvshmem": NvshmemTransport,
-    "staged": StagedTransport,
+    cls.name: cls
+    for cls in (MpiTransport, CmaTransport, StagedTransport, NcclTransport, IpcTransport, NvshmemTransport)
 }
 
 log = logging.getLogger(__name__)
@@ -39,8 +36,11 @@ __all__ = [
     "available",
     "by_label",
     "choose",
+    "kind",
     "names",
     "requested",
+    "runnable",
+    "usable",
 ]
 
 
@@ -48,9 +48,31 @@ __all__ = [
 LABELLED: dict[str, Transport] = {"ipc/copy-engine": IpcTransport(method="copy-engine")}
 
 
-def names() -> list[str]:
-    """Names of every transport gridcomm knows."""
-    return sorted(_REGISTRY)
+def names(memory: str | None = None) -> list[str]:
+    """Names of every transport gridcomm knows (that moves fields of ``memory``, "host" or "device", if given),
+    in the order tables show them."""
+    return [name for name, cls in _REGISTRY.items() if memory is None or memory in cls.memories]
+
+
+def runnable(on_device: bool) -> list[str]:
+    """The names of the transports that can move fields of that memory in this process, as far as it can tell
+    without asking other ranks (``Transport.local_reason``), in the order tables show them."""
+    memory = "device" if on_device else "host"
+    return [name for name in names(memory) if _REGISTRY[name]().local_reason(on_device) is None]
+
+
+def usable(comm: Communicator, on_device: bool) -> list[str]:
+    """Collective the first time: the names of the transports that can move fields of that memory here, in the
+    order tables show them."""
+    reasons = available(comm, on_device)
+    return [name for name in names("device" if on_device else "host") if reasons.get(name) is None]
+
+
+def kind(name: str) -> type[Transport]:
+    """The class of transport ``name`` (its declarations: memories, reach, graph_capturable)."""
+    if name not in _REGISTRY:
+        raise TransportError(f"transport={name!r} is unknown; use 'auto' or one of {names()}")
+    return _REGISTRY[name]
 
 
 def by_label(label: str) -> str | Transport:
@@ -61,7 +83,7 @@ def by_label(label: str) -> str | Transport:
 
 def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
     """For each transport, None when it can move fields here, else why not."""
-    return {name: cls().unusable_reason(comm, on_device) for name, cls in sorted(_REGISTRY.items())}
+    return {name: cls().unusable_reason(comm, on_device) for name, cls in _REGISTRY.items()}
 
 
 def requested(transport: str | Transport) -> str:

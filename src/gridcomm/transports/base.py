@@ -53,15 +53,37 @@ class Channel(ABC):
 
 
 class Transport(ABC):
-    """A way of moving per-peer messages between ranks."""
+    """A way of moving per-peer messages between ranks. What it can do is declared on the class, and every list
+    of transports (the command line's choices, the benchmarks', ``auto``'s candidates, the test suites') is
+    derived from these declarations in the registry (``transports/__init__.py``): a new transport is its module
+    and one line there."""
 
     name: ClassVar[str]
+    #: The memories whose fields it moves: "host", "device" (GPU) or both (then perhaps only where the library
+    #: under it allows, which ``unusable_reason`` says).
+    memories: ClassVar[frozenset[str]] = frozenset({"host"})
+    #: "node" when it reaches only ranks of the same node (shared memory, CUDA IPC), "any" when it crosses nodes.
+    reach: ClassVar[str] = "any"
     #: True when an exchange needs no host work between its launches, so it can be captured in a CUDA graph.
     graph_capturable: ClassVar[bool] = False
 
-    @abstractmethod
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        """Why this transport cannot move these fields here (None when it can)."""
+        """Why this transport cannot move fields of that memory between the ranks of ``comm`` (None when it can):
+        ``local_reason``, else ``ranks_reason`` (collective the first time for some transports)."""
+        return self.local_reason(on_device) or self.ranks_reason(comm)
+
+    def local_reason(self, on_device: bool) -> str | None:
+        """Why it cannot move fields of that memory in this process, known without asking the other ranks (a
+        memory it does not move, a library missing here), or None."""
+        if ("device" if on_device else "host") not in self.memories:
+            moves = " and ".join("GPU" if m == "device" else m for m in sorted(self.memories))
+            return f"{self.name} moves {moves} arrays only"
+        return None
+
+    def ranks_reason(self, comm: Communicator) -> str | None:
+        """Why it cannot move fields between these ranks, which only they together can tell (other nodes, no peer
+        access between their GPUs), or None."""
+        return None
 
     @abstractmethod
     def packer_kind(self, on_device: bool) -> PackerKind:

@@ -77,13 +77,13 @@ class CmaTransport(Transport):
     """One-copy exchange of host memory between ranks of one node (Linux cross-memory attach)."""
 
     name = "cma"
+    memories = frozenset({"host"})
+    reach = "node"
 
-    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        if on_device:
-            return "cma moves host memory only"
-        if "cma" not in comm.facts:  # collective the first time, remembered afterwards
-            comm.facts["cma"] = _read_reason(comm)
-        return comm.facts["cma"]
+    def ranks_reason(self, comm: Communicator) -> str | None:
+        if "cma" not in comm.reasons:  # collective the first time, remembered afterwards
+            comm.reasons["cma"] = _read_reason(comm)
+        return comm.reasons["cma"]
 
     def packer_kind(self, on_device: bool) -> PackerKind:
         return "direct"

@@ -15,7 +15,7 @@ from ..errors import GridcommTimeout
 from ..waiting import wait_on_stream
 from .base import Channel
 
-WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in packing/kernels/gpu_waits.cuh
+WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in gpu_waits.cuh
 STEP_NAMES = {
     WAIT_CLEAR: "the GPU waited for the peer to clear its halos for writing",
     WAIT_DATA: "the GPU waited for the peer's halos",

@@ -2,7 +2,7 @@
 
 Each rank's destination arrays (for a halo exchange: its fields) and a small flag array are mapped once into
 its peers with CUDA IPC. Per exchange, with method ``"kernel"``, one launch of ``gridcomm_ipc_exchange``
-(kernels/ipc.cu) on the exchange's stream: tell the sources that this rank's destinations may be written,
+(ipc.cu) on the exchange's stream: tell the sources that this rank's destinations may be written,
 wait until the destinations say the same, copy every selection of every field from this rank's sources into
 the destinations' arrays over NVLink (and what this rank sends itself into its own), then flag the
 destinations and wait for the sources' flags. With method ``"copy-engine"`` the copy engines move the same
@@ -22,6 +22,7 @@ import ctypes
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -31,7 +32,9 @@ from ..arguments import whole_number
 from ..comm import Communicator
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
-from ..packing.cuda import (
+from ..packing.cuda import THREADS, SegmentTable, copy_kernel, device_allocation
+from ..packing.geometry import RunGrid, message_grid, paired_grids, run_grid
+from ..packing.table import (
     DST,
     DST_INDEX,
     DST_STRIDE0,
@@ -42,20 +45,16 @@ from ..packing.cuda import (
     SRC_STRIDE0,
     SRC_STRIDE1,
     TABLE_WIDTH,
-    THREADS,
     UNIT,
     UNITS,
     UNITS_PER_RUN,
     Descriptors,
-    SegmentTable,
     address,
-    device_allocation,
-    kernel,
 )
-from ..packing.geometry import RunGrid, message_grid, paired_grids, run_grid
 from .base import Channel, PackerKind, Transport
 from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
+SOURCE = Path(__file__).with_name("ipc.cu")  # its kernels, built on the copy kernels' body (packing/runs.cuh)
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction is read from the (unified) addresses
 
 #: A selection whose runs would land in the peer as short pieces spread far apart (a column of a large 2-D field:
@@ -95,6 +94,8 @@ class IpcTransport(Transport):
     method: Literal["kernel", "copy-engine"] = "kernel"
     blocks: int | None = None
     name = "ipc"
+    memories = frozenset({"device"})
+    reach = "node"
     graph_capturable = True
 
     def __post_init__(self) -> None:
@@ -103,12 +104,10 @@ class IpcTransport(Transport):
         if self.blocks is not None:
             whole_number(self.blocks, "IpcTransport(blocks)", least=1, meaning="thread blocks of the exchange kernel")
 
-    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        if not on_device:
-            return "ipc moves GPU arrays only"
-        if "ipc" not in comm.facts:  # collective the first time
-            comm.facts["ipc"] = all_peers_reachable(comm)
-        return comm.facts["ipc"]
+    def ranks_reason(self, comm: Communicator) -> str | None:
+        if "ipc" not in comm.reasons:  # collective the first time
+            comm.reasons["ipc"] = all_peers_reachable(comm)
+        return comm.reasons["ipc"]
 
     def packer_kind(self, on_device: bool) -> PackerKind:
         return "direct"
@@ -333,7 +332,7 @@ class _IpcChannel(GpuWaitChannel):
 
 
 class _KernelChannel(_IpcChannel):
-    """One kernel per exchange: the copies and the flags (kernels/ipc.cu, gridcomm_ipc_exchange)."""
+    """One kernel per exchange: the copies and the flags (ipc.cu, gridcomm_ipc_exchange)."""
 
     def __init__(self, comm: Communicator, packer: Any, blocks: int | None = None) -> None:
         import cupy
@@ -345,7 +344,7 @@ class _KernelChannel(_IpcChannel):
 
     def start(self, stream: Any = None) -> None:
         # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
-        kernel("ipc.cu", "gridcomm_ipc_exchange")(
+        copy_kernel(SOURCE, "gridcomm_ipc_exchange")(
             (self._table.grid,),
             (THREADS,),
             (
@@ -371,7 +370,7 @@ class _KernelChannel(_IpcChannel):
 
 class _CopyEngineChannel(_IpcChannel):
     """The copy engines move the blocks, one stream per destination in the order (rank + i) mod size; small
-    kernels set and wait for the flags around them (kernels/ipc.cu, gridcomm_ipc_open/ready/sent/close)."""
+    kernels set and wait for the flags around them (ipc.cu, gridcomm_ipc_open/ready/sent/close)."""
 
     def __init__(self, comm: Communicator, packer: Any) -> None:
         import cupy
@@ -405,18 +404,18 @@ class _CopyEngineChannel(_IpcChannel):
         one = ((1,), (1,))
         rank, size = np.int32(self._comm.rank), np.int32(self._comm.size)
         limit, error = self._waits.limit_ns, self._waits.address
-        kernel("ipc.cu", "gridcomm_ipc_open")(
+        copy_kernel(SOURCE, "gridcomm_ipc_open")(
             *one, (self._epoch, self._peer_flags, self._source_ranks, np.int32(len(self._sources)), rank), stream=stream
         )
         self._fork.record(stream)
         for peer, abandoned, copies, lane, joined in self._lanes:
             lane.wait_event(self._fork)
-            kernel("ipc.cu", "gridcomm_ipc_ready")(
+            copy_kernel(SOURCE, "gridcomm_ipc_ready")(
                 *one, (self._epoch, self._flags, peer, abandoned, limit, error), stream=lane
             )
             for args in copies:
                 runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, lane.ptr)
-            kernel("ipc.cu", "gridcomm_ipc_sent")(
+            copy_kernel(SOURCE, "gridcomm_ipc_sent")(
                 *one, (self._epoch, self._peer_flags, peer, abandoned, rank, size), stream=lane
             )
             joined.record(lane)
@@ -424,7 +423,7 @@ class _CopyEngineChannel(_IpcChannel):
             runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, stream.ptr)
         for *_, joined in self._lanes:
             stream.wait_event(joined)
-        kernel("ipc.cu", "gridcomm_ipc_close")(
+        copy_kernel(SOURCE, "gridcomm_ipc_close")(
             *one,
             (self._epoch, self._flags, self._source_ranks, np.int32(len(self._sources)), size, limit,
              error),

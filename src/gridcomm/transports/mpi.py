@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from ..comm import Communicator
 from ..errors import ArgumentError, GridcommTimeout
+from ..mpilib import mpi_cuda_aware
 from .base import Channel, PackerKind, Transport, poll_until
 
 
@@ -30,6 +31,7 @@ class MpiTransport(Transport):
     method: Literal["p2p", "neighbor"] = "p2p"
     packing: PackerKind = "copy"
     name = "mpi"
+    memories = frozenset({"host", "device"})
 
     def __post_init__(self) -> None:
         if self.method not in ("p2p", "neighbor"):
@@ -37,8 +39,8 @@ class MpiTransport(Transport):
         if self.packing not in ("datatype", "copy"):
             raise ArgumentError(f"MpiTransport(packing={self.packing!r}): use 'datatype' or 'copy'")
 
-    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        if on_device and not comm.cuda_aware:
+    def local_reason(self, on_device: bool) -> str | None:
+        if on_device and not mpi_cuda_aware():
             return (
                 "the fields are in GPU memory but this MPI is not CUDA-aware (MPIX_Query_cuda_support() "
                 "says no); handing it device pointers would crash it. Use transport='staged' or 'nccl', or an "

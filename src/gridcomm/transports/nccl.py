@@ -17,11 +17,12 @@ class NcclTransport(Transport):
     """NCCL point-to-point (``cupy.cuda.nccl``), bootstrapped over MPI; graph-capturable."""
 
     name = "nccl"
+    memories = frozenset({"device"})
     graph_capturable = True
 
-    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        if not on_device:
-            return "nccl moves GPU arrays only"
+    def local_reason(self, on_device: bool) -> str | None:
+        if (reason := super().local_reason(on_device)) is not None:
+            return reason
         try:
             from cupy.cuda import nccl  # noqa: F401
         except Exception as error:
@@ -86,7 +87,7 @@ class _NcclChannel(Channel):
         def silent(elapsed: float) -> GridcommTimeout:
             # NCCL cannot say which peer is missing, and its kernels would spin forever: abort the
             # communicator (it cannot be used afterwards) so that the GPU is free again.
-            self._owner.facts.pop("nccl", None)
+            self._owner.nccl = None
             self._comm.abort()
             peers = sorted({p for _, _, p in self._recvs})
             self._aborted = f"a timeout in {operation}"

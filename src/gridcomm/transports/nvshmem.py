@@ -1,7 +1,7 @@
 """Transport ``nvshmem``: the packed messages put into the peers' symmetric receive buffers, with signals.
 
 The packer receives into a buffer of NVSHMEM's symmetric heap (``receive_buffer``); per exchange one kernel
-(packing/kernels/nvshmem.cu) puts every message with ``nvshmemx_putmem_signal_block`` and waits on the GPU for
+(nvshmem.cu) puts every message with ``nvshmemx_putmem_signal_block`` and waits on the GPU for
 the sources' signals, so the exchange needs no host work and can be captured in a CUDA graph. Within a node the
 puts are NVLink stores; across nodes NVSHMEM's network transports carry them. Needs ``gridcomm[nvshmem]``.
 """
@@ -21,8 +21,8 @@ from ..errors import TransportError
 from .base import Channel, PackerKind, Transport
 from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
-SOURCE = Path(__file__).parents[1] / "packing" / "kernels" / "nvshmem.cu"
-SEND_OFFSET, RECV_OFFSET, NBYTES, PE, RANK, ROW = range(6)  # as in kernels/nvshmem.cu
+SOURCE = Path(__file__).with_name("nvshmem.cu")
+SEND_OFFSET, RECV_OFFSET, NBYTES, PE, RANK, ROW = range(6)  # as in nvshmem.cu
 THREADS = 512
 
 
@@ -31,14 +31,13 @@ class NvshmemTransport(Transport):
     """NVSHMEM puts with signals into symmetric receive buffers, all issued from one kernel; graph-capturable."""
 
     name = "nvshmem"
+    memories = frozenset({"device"})
     graph_capturable = True
 
-    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        if not on_device:
-            return "nvshmem moves GPU arrays only"
-        reason = shmem.unavailable_reason()
-        if reason is not None:
-            return reason
+    def local_reason(self, on_device: bool) -> str | None:
+        return super().local_reason(on_device) or shmem.unavailable_reason()
+
+    def ranks_reason(self, comm: Communicator) -> str | None:
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD.Get_size()

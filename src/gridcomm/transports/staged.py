@@ -41,14 +41,13 @@ class StagedTransport(Transport):
 
     chunk_bytes: int = CHUNK_BYTES
     name = "staged"
+    memories = frozenset({"device"})
 
     def __post_init__(self) -> None:
         whole_number(self.chunk_bytes, "StagedTransport(chunk_bytes)", least=1, meaning="bytes per chunk")
 
-    def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
-        if not on_device:
-            return "staged moves GPU arrays (host arrays go to MPI directly: use 'mpi' or 'cma')"
-        return None if gpu_count() else "no GPU (or CuPy is missing)"
+    def local_reason(self, on_device: bool) -> str | None:
+        return super().local_reason(on_device) or (None if gpu_count() else "no GPU (or CuPy is missing)")
 
     def packer_kind(self, on_device: bool) -> PackerKind:
         return "copy"

@@ -98,8 +98,9 @@ def peer_copy(comm: Communicator, buffers: PeerBuffers, nbytes: int, engine: boo
     are taken from the next rank on, (rank + i) mod size, so that no GPU is written by every other first."""
     import cupy
 
-    from ...packing.cuda import Descriptors, SegmentTable
+    from ...packing.cuda import SegmentTable
     from ...packing.geometry import RunGrid
+    from ...packing.table import Descriptors
 
     peers = sorted((r for r in range(comm.size) if r != comm.rank), key=lambda r: (r - comm.rank) % comm.size)
     src = buffers.local.data.ptr

@@ -18,15 +18,16 @@ import numpy as np
 
 from ...comm import Communicator
 from ...grids.mesh import MedianDualMesh
+from ...transports import kind
 from ..apps.mpdata.cuda_kernels import PHASES, run_start
 from ..apps.mpdata.driver import setup_mpdata
 from ..apps.mpdata.tables import INNER, OUTER, MeshTables
 from ..measure.energy import energy_of_steps
 from .ceilings import time_gpu
 
-#: Transports of ``bench mpdata --gpu`` by default: no exchange (one rank), the GPU transports, and the seed's
-#: baseline (whole fields through the host).
-TRANSPORTS = ("none", "ipc", "nccl", "staged", "host")
+#: Cases of ``bench mpdata --gpu`` beside the GPU transports: no exchange (one rank), and the seed's baseline
+#: (whole fields through the host).
+NO_EXCHANGE, HOST_ROUND_TRIP = "none", "host"
 CHECK_STEPS = 5  # steps before the checksum that every configuration of a grid must agree on
 INDEX_BYTES, VALUE_BYTES = 4, 8
 
@@ -160,7 +161,7 @@ def benchmark_case(
     with ``kernels``, every kernel alone."""
     import cupy
 
-    graphs = transport in ("none", "ipc", "nccl")
+    graphs = transport == NO_EXCHANGE or (transport != HOST_ROUND_TRIP and kind(transport).graph_capturable)
     s = setup_mpdata(
         comm, mesh, levels=levels, alpha=math.pi / 4, fct=fct, xp=cupy, transport=transport, graphs=graphs,
         levels_per_thread=levels_per_thread,

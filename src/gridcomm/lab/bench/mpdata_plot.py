@@ -17,6 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ... import transports
+from .mpdata import HOST_ROUND_TRIP, NO_EXCHANGE
 from .results import machine_title, panels_figure
 
 Row = dict[str, Any]
@@ -24,7 +26,12 @@ Series = tuple[str, str]  # (case label, transport label)
 
 HBM_TARGET_PERCENT = 80.0
 BUBBLE_AREA = 1500.0  # points^2 of a kernel that takes the whole step
-TRANSPORT_COLOURS = {"none": "k", "host": "C0", "staged": "C1", "nccl": "C2", "ipc": "C3", "mpi": "C4", "auto": "C5"}
+#: A colour per case: black for no exchange, then the seed's host round trip, auto and every transport in the
+#: registry's order.
+TRANSPORT_COLOURS = {
+    NO_EXCHANGE: "k",
+    **{name: f"C{k}" for k, name in enumerate((HOST_ROUND_TRIP, "auto", *transports.names("device")))},
+}
 CASE_MARKERS = "os^Dvp<>h"
 
 

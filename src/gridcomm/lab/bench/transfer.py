@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...comm import Communicator
-from ...transports import LABELLED, Transport
+from ...transports import LABELLED, Transport, usable
 from ...transpose import Transposer
 from .ceilings import (
     PeerBuffers,
@@ -30,8 +30,6 @@ from .ceilings import (
     torch_alltoall,
     torch_process_group,
 )
-
-GPU_TRANSPORTS = ("staged", "nccl", "ipc")
 
 
 def variants(names: Sequence[str]) -> dict[str, str | Transport]:
@@ -70,12 +68,13 @@ def run_transfer(
     samples: int = 7,
     progress: Callable[[int], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Collective: one row per message size, with every transport (``{label: name or Transport}``, default
-    ``variants(GPU_TRANSPORTS)``), NCCL's own calls and the ceilings [s per exchange], ``progress(sizes done)``
-    after each; and what the rows share (the NVLink nominal rate, why a peer is missing)."""
+    """Collective: one row per message size, with every transport (``{label: name or Transport}``, default the
+    variants of every transport usable here), NCCL's own calls and the ceilings [s per exchange],
+    ``progress(sizes done)`` after each; and what the rows share (the NVLink nominal rate, why a peer is
+    missing)."""
     import cupy
 
-    transports = variants(GPU_TRANSPORTS) if transports is None else transports
+    transports = variants(usable(comm, on_device=True)) if transports is None else transports
     peers = [r for r in range(comm.size) if r != comm.rank]
     buffers = PeerBuffers(comm, max(sizes))
     no_torch = torch_process_group(comm)

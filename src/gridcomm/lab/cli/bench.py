@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ...transports import usable
 from ..console import console, progress, say_written, table
 from .common import NpOption, OutOption, Sizes, Typer, int_list, name_list, ranks_or_relaunch, sizes_option
 
@@ -56,14 +57,6 @@ def save(
     return path, plot({"machine": machine, "results": rows, **(payload or {})}, path.with_suffix(".png"))
 
 
-def _gpu_transports(comm: Any) -> list[str]:
-    """The GPU transports usable here, in the order the tables show them."""
-    from ... import transports
-
-    reasons = transports.available(comm, on_device=True)
-    return [n for n in ("staged", "mpi", "nccl", "ipc", "nvshmem") if reasons.get(n) is None]
-
-
 @bench_app.command("halo")
 def bench_halo(
     nprocs: NpOption = 2,
@@ -96,7 +89,7 @@ def _bench_halo(
     if gpu:
         from ..bench.ceilings import hbm_copy_gbps
 
-        names, hbm = _gpu_transports(comm), hbm_copy_gbps(comm)
+        names, hbm = usable(comm, on_device=True), hbm_copy_gbps(comm)
 
         def run(case: Any) -> dict[str, Any]:
             return run_gpu_case(comm, case, samples, names, hbm)
@@ -222,7 +215,7 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"{kind}: message sizes", total=len(sizes))
         rows, shared = run_transfer(
-            comm, sizes, variants(_gpu_transports(comm)), samples, lambda done: bar.update(task, completed=done)
+            comm, sizes, variants(usable(comm, on_device=True)), samples, lambda done: bar.update(task, completed=done)
         )
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size)

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .... import kernels
 from ....errors import ArgumentError
-from ....gpu import package_kernel
 from .tables import INNER, OUTER, MeshTables
 
-SOURCE = "mpdata.cu"
+SOURCE = Path(__file__).with_name("mpdata.cu")
 THREADS = 256  # per block (mpdata.cu's THREADS)
 PHASES = ("upwind", "gradient", "fluxes", "bounds", "corrective")
 SIGN_TAGS = {1.0: 1, -1.0: 2, 0.0: 0}  # mpdata.cu's edge table: edge * 4 + the tag of the slot's sign
@@ -76,7 +77,7 @@ def mpdata_function(name: str, shape: KernelShape, levels: int, degree: int, com
     options = ("-std=c++17", "--fmad=false", f"-DLEVELS={levels}", f"-DLEVELS_PER_THREAD={shape.levels_per_thread}",
                f"-DDEGREE={degree}", f"-DCOMMON_DEGREE={common_degree}", f"-DMIN_BLOCKS={shape.blocks_per_sm}",
                f"-DITEMS={shape.items_per_thread}")  # fmt: skip
-    return package_kernel(__package__, SOURCE, f"gridcomm_mpdata_{name}", options)
+    return kernels.function(SOURCE, f"gridcomm_mpdata_{name}", options)
 
 
 def common_degree(sign_tab: np.ndarray, share: float = COMMON_SHARE) -> int:

@@ -30,18 +30,19 @@ import itertools
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .... import kernels
 from ....arguments import whole_number
 from ....errors import ArgumentError
-from ....gpu import package_kernel
 
 #: CUDA streams the GPU's row FFTs are spread over by default: on one H200 (O640, batch 412) one stream took
 #: 23.3 ms per direction and four 14.7 ms, as CUDA graph replays.
 GPU_FFT_STREAMS = 4
-SOURCE = "fourier.cu"
+SOURCE = Path(__file__).with_name("fourier.cu")
 TILE = 32  # fourier.cu's tile side (the pick)
 THREADS = 256  # per block: 32 x 8 for the pick
 BATCH_PER_BLOCK = 4  # fields a block does in turn (its index loads then hit L1)
@@ -395,4 +396,4 @@ def _launch_tiles(name: str, across: int, rows: int, batch: int, args: tuple[Any
 def _kernel(name: str) -> Any:
     """Kernel ``name`` of fourier.cu, compiled with this module's FOLD_GROUP, which sizes the fold's shared
     arrays (so that the group ``fold_group`` launches with always fits them)."""
-    return package_kernel(__package__, SOURCE, name, ("-std=c++17", f"-DFOLD_GROUP={FOLD_GROUP}"))
+    return kernels.function(SOURCE, name, ("-std=c++17", f"-DFOLD_GROUP={FOLD_GROUP}"))

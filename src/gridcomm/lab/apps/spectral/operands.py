@@ -18,13 +18,14 @@ bucket (O640, batch 412, one H200: see ``benchmarks/tune_buckets.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ....gpu import package_kernel
+from .... import kernels
 
-SOURCE = "legendre.cu"
+SOURCE = Path(__file__).with_name("legendre.cu")
 TILE = 32  # legendre.cu's tile side
 BLOCK = (TILE, 8)  # threads per block
 
@@ -172,4 +173,4 @@ def _launch(name: str, across: int, batch: int, count: int, args: tuple[Any, ...
     if across == 0 or batch == 0 or count == 0:
         return
     grid = (-(-across // TILE), -(-batch // TILE), count)
-    package_kernel(__package__, SOURCE, name)(grid, BLOCK, args)
+    kernels.function(SOURCE, name)(grid, BLOCK, args)

@@ -9,15 +9,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ....gpu import package_kernel
+from .... import kernels
 from .numpy_kernel import fifth_of
 from .regions import Rect
 
-SOURCE = "jacobi2d.cu"
+SOURCE = Path(__file__).with_name("jacobi2d.cu")
 #: NVRTC options: --fmad=false keeps every add and multiply separately rounded, as NumPy does them; the include
 #: path finds jacobi2d.cuh beside the source.
 OPTIONS = ("-std=c++17", "--fmad=false", f"-I{resources.files(__package__)}")
@@ -28,7 +29,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y; the kernel strides over rows be
 
 def jacobi_function(dtype: np.dtype) -> Any:
     """The kernel for ``dtype`` (float64 or float32) on the current GPU."""
-    return package_kernel(__package__, SOURCE, KERNELS[np.dtype(dtype)], OPTIONS)
+    return kernels.function(SOURCE, KERNELS[np.dtype(dtype)], OPTIONS)
 
 
 def _pow2_at_least(n: int) -> int:

@@ -25,7 +25,7 @@
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
-#include "../../packing/kernels/gpu_waits.cuh"
+#include "../../../transports/gpu_waits.cuh"
 #include "jacobi2d.cuh"
 
 namespace cg = cooperative_groups;

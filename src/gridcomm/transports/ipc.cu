@@ -16,7 +16,7 @@
 // The destinations then see the exchange marked abandoned and report it too: no rank goes on with halos
 // that were never written without being told.
 #include "gpu_waits.cuh"
-#include "runs.cuh"
+#include "../packing/runs.cuh"
 
 // Waits until flags[slot] >= value for every (slot, peer) of the list; false after limit_ns, or as soon as
 // a peer has marked this exchange (or a later one) abandoned, flags[slot] <= -value.
