@@ -457,7 +457,7 @@ def _bench_mpdata_gpu(
         f"exchange, {seed['exchange_s'] * 1e3:.1f} ms with its GPU exchange, {seed['host_staged_s'] * 1e3:.1f} ms "
         f"host-staged; {seed['joules_per_step'][0]:g}-{seed['joules_per_step'][1]:g} J per step on 1-8 GPUs"
     )
-    console.print(f"results: {path}\nplot:    {png}")
+    say_written(path, png)
     if not all(r["checksums_agree"] for r in rows):
         raise typer.Exit(1)
 
