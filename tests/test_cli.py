@@ -68,6 +68,17 @@ def test_info_warns_of_ranks_bound_to_one_cpu():
     assert rc == 0 and "CPUs per rank" in out and "bound to one CPU" in out and "--bind-to none" in out, out
 
 
+def test_info_names_the_nodes_and_the_transports_of_each_group_of_peers():
+    """Ranks declared on nodes of their own (GRIDCOMM_RANKS_PER_NODE=1): gridcomm info lists the nodes and, for
+    the peers on a rank's node and the others, the transports that can serve them."""
+    from conftest import run_mpi
+
+    rc, out = run_mpi(2, ["-m", "gridcomm", "info"], timeout=120, env={"GRIDCOMM_RANKS_PER_NODE": "1"})
+    text = " ".join(out.split())
+    assert rc == 0 and "nodes 2: rank 0 | rank 1 (GRIDCOMM_RANKS_PER_NODE=1)" in text, out
+    assert "one transport per group of peers" in text and "peers, network mpi" in text, out
+
+
 def test_demo_on_four_ranks_is_verified():
     out = gridcomm("demo", "--np", "4", "--shape", "16,12,10")  # the comma form, as bench soak takes it
     assert "grid (16, 12, 10) periodic" in out and "4 ranks on process grid" in out and out.rstrip().endswith("OK")

@@ -105,3 +105,29 @@ def test_unstructured_bad_input_raises_on_every_rank(mpi_checks, nranks):
     ranks. A rank that raises alone leaves its peers blocked in a collective: the short limit catches that."""
     assert len(UNSTRUCTURED_BAD_INPUT) >= 9, UNSTRUCTURED_BAD_INPUT
     mpi_checks("checks_unstructured", nranks, timeout=60, checks=(*UNSTRUCTURED_BAD_INPUT, UNSTRUCTURED_KNOWN_CASE))
+
+
+# -- a transport per group of peers (tests/mpi_programs/checks_nodes.py) -------------------------------------
+
+
+@pytest.mark.parametrize("per_node", ["2", "1", ""], ids=["2 per node", "1 per node", "one node"])
+def test_transports_per_peer(mpi_checks, per_node):
+    """4 ranks of one host, declared nodes of 2 and of 1 rank (GRIDCOMM_RANKS_PER_NODE), or one node: the peers on
+    a rank's node and the others served each by its own transport, per auto, per mapping, bit for bit; bad
+    mappings and disagreeing node sizes refused on every rank."""
+    mpi_checks("checks_nodes", 4, timeout=180, env={"GRIDCOMM_RANKS_PER_NODE": per_node})
+
+
+DETERMINISTIC = {
+    "checks_exchange": (),  # the whole structured suite
+    "checks_transpose": ("check_alltoallv_every_transport", "check_blocks_split_differently_on_each_side",
+                         "check_slab_transposition_rows_to_columns_and_back", "check_boxes_cma_cannot_describe"),
+    "checks_unstructured": ("check_o4_equal_regions_two_layers_every_transport",),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("program", sorted(DETERMINISTIC))
+def test_suites_across_declared_nodes(mpi_checks, program):
+    """The structured suite, and the transposition and unstructured checks of every transport, on 4 ranks
+    declared 2 nodes of 2: auto mixes transports, and every result equals the serial reference bit for bit."""
+    mpi_checks(program, 4, timeout=240, checks=DETERMINISTIC[program], env={"GRIDCOMM_RANKS_PER_NODE": "2"})

@@ -13,11 +13,12 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from .agreement import agree
+from .agreement import agree, by_value, gather_or_raise
 from .arguments import whole_number
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
+    DecompositionError,
     GridcommError,
     OversubscriptionWarning,
 )
@@ -48,6 +49,8 @@ def _cpu_mask() -> int:
     return sum(1 << c for c in cpus)
 
 
+#: Declares ranks [0, k), [k, 2k), ... separate nodes, for choosing transports (``Communicator.nodes``).
+RANKS_PER_NODE = "GRIDCOMM_RANKS_PER_NODE"
 #: Set to 1 to silence the warning about more ranks on a node than CPUs for them.
 OVERSUBSCRIBE_OK = "GRIDCOMM_OVERSUBSCRIBE_OK"
 # Whether this process has built a Communicator of the whole job yet: the first one looks at the node.
@@ -238,7 +241,48 @@ class Communicator:
         finally:
             node.Free()
 
-    TAGS_PER_EXCHANGER = 4
+    @functools.cached_property
+    def nodes(self) -> tuple[int, ...]:
+        """The node of every rank (0, 1, ... in order of their lowest rank), as gridcomm treats them when it picks
+        a transport per peer: the ranks that share memory (MPI's shared-memory split), cut further where
+        ``GRIDCOMM_RANKS_PER_NODE=k`` declares ranks [0, k), [k, 2k), ... separate nodes (to test on one host what
+        runs across nodes; by the ranks' places in MPI.COMM_WORLD). Collective on first use; every rank must declare
+        the same k, else DecompositionError on every rank."""
+        from mpi4py import MPI
+
+        declared = os.environ.get(RANKS_PER_NODE, "").strip()
+        problem = None
+        try:
+            k = whole_number(int(declared), RANKS_PER_NODE, least=1) if declared else 0
+        except (ValueError, ArgumentError, ArgumentTypeError):
+            k, problem = 0, ArgumentError(f"{RANKS_PER_NODE}={declared!r}: give a whole number of ranks >= 1")
+        shared = self.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            leader = shared.allreduce(self.rank, op=MPI.MIN)
+        finally:
+            shared.Free()
+        # Declared nodes cut the job's ranks (MPI.COMM_WORLD's), whatever communicator asks.
+        mine = (leader, k, MPI.COMM_WORLD.Get_rank())
+        everyone = gather_or_raise(self.mpi, mine, problem, f"{RANKS_PER_NODE} setting")
+        if len({k for _, k, _ in everyone}) > 1:
+            raise DecompositionError(
+                f"the ranks declare different node sizes ({by_value([k or 'unset' for _, k, _ in everyone])} in "
+                f"{RANKS_PER_NODE}); set it alike for the whole job"
+            )
+        keys = [(leader, world // k if k else 0) for leader, k, world in everyone]
+        numbering = {key: n for n, key in enumerate(dict.fromkeys(keys))}
+        return tuple(numbering[key] for key in keys)
+
+    @functools.cached_property
+    def node(self) -> Communicator:
+        """A Communicator of the ranks on this rank's node (``nodes``); collective on first use."""
+        node = self.mpi.Split(self.nodes[self.rank], self.rank)
+        try:
+            return Communicator(node, timeout=self.timeout, on_timeout=self.on_timeout)
+        finally:
+            node.Free()
+
+    TAGS_PER_EXCHANGER = 8  # an exchanger's transports (one per group of peers) take 4 each; the validator one
 
     def new_tag(self) -> int:
         """The first of ``TAGS_PER_EXCHANGER`` message tags reserved for a new exchanger. Exchangers are built
@@ -260,6 +304,9 @@ class Communicator:
         nccl, self.nccl = self.nccl, None
         if nccl is not None:
             nccl.destroy()
+        node = self.__dict__.pop("node", None)
+        if node is not None:
+            node.close()
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()
 

@@ -11,7 +11,8 @@ import contextlib
 import logging
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
@@ -24,7 +25,18 @@ from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout
 from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
 from .timeouts import check_on_timeout, check_timeout, give_up
-from .transports import Transport, auto, auto_choice_reason, available, choose, requested
+from .transports import (
+    REACHES,
+    Mixed,
+    Transport,
+    auto,
+    auto_choice_reason,
+    choose,
+    kind,
+    preference,
+    reasons_for,
+    requested,
+)
 from .transports.auto import auto_measurement
 from .validate import ExchangeValidator, check_validate
 
@@ -146,6 +158,47 @@ def check_on_current_gpu(rank: int, named: Sequence[tuple[str, Any]]) -> None:
         )
 
 
+@dataclass
+class _Group:
+    """The peers one transport serves in an exchange (``reach``: "all" of them, those on this rank's "node", or
+    those on other nodes, "network"), with what binds them: their layout, message tags, packer and channel, and
+    the layout of what this rank sends itself where this group's packer copies it too (the first group's)."""
+
+    reach: str
+    layout: Layout
+    tag: int
+    own: Layout | None = None
+    transport: Any = None
+    packer: Any = None
+    channel: Any = None
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.packer.close()
+        self.channel = self.packer = None
+
+
+def _instance(transport: str | Transport) -> Transport:
+    """A transport given by name (or configured already) as an instance."""
+    return transport if isinstance(transport, Transport) else kind(transport)()
+
+
+def _peers_by_reach(comm: Communicator, peers: Sequence[PeerPlan]) -> dict[str, list[PeerPlan]]:
+    """Collective: ``peers`` by how they are reached: every one ("all") where the ranks share one node, else those
+    on this rank's node ("node") and the others ("network"), each group kept where any rank has peers in it (the
+    same groups on every rank: binding a transport is collective)."""
+    nodes = comm.nodes
+    if len(set(nodes)) == 1:
+        return {"all": list(peers)}
+    mine = {
+        "node": [p for p in peers if nodes[p.rank] == nodes[comm.rank]],
+        "network": [p for p in peers if nodes[p.rank] != nodes[comm.rank]],
+    }
+    present = comm.mpi.allgather([bool(mine[reach]) for reach in REACHES])
+    return {reach: mine[reach] for k, reach in enumerate(REACHES) if any(p[k] for p in present)}
+
+
 class BoundExchange:
     """A pattern, its fields, a packer and a transport bound into a reusable, asynchronous step: what
     ``HaloExchanger`` and ``Transposer`` share.
@@ -164,6 +217,8 @@ class BoundExchange:
     _checked: ClassVar[str] = "fields"
     #: Transports found unable to move this plan before binding (every rank agreed): auto leaves them out.
     _unfit: tuple[str, ...] = ()
+    #: How messages are laid out (``Layout.build``): "segment" (every selection aligned) or "field".
+    _align: ClassVar[str] = "segment"
 
     comm: Communicator
     sources: list[Any]
@@ -226,8 +281,8 @@ class BoundExchange:
     def _own_layout(self) -> Layout | None:
         """The layout of what this rank sends itself when the GPU kernels (or the ipc copies) can copy it source
         to destination in the same launch as the rest: on the GPU, when its boxes pair one to one with equal
-        extents (a periodic wrap, a transposition's diagonal block). Otherwise None: ``_bind`` then copies it
-        through ``local_copies``."""
+        extents (a periodic wrap, a transposition's diagonal block). Otherwise None: it is copied through
+        ``local_copies``."""
         own = self._own
         if own is None or not self.on_device:
             return None
@@ -236,94 +291,169 @@ class BoundExchange:
         alone = Pattern(self.pattern.local_shape, (own,), recv_shape=self.pattern.recv_shape)
         return Layout.build(alone, self.layout.fields)
 
-    def _bind(self) -> None:
-        """Make the packer the transport reads and writes through, and the transport's channel (collective)."""
-        kind = self.transport.packer_kind(self.on_device)
-        specs = self.layout.fields
+    def _first_choice(self, transport: str | Transport | Mapping[str, Any]) -> Transport | None:
+        """Collective: the transport a single named or configured one is, checked usable for every peer here
+        (TransportError on every rank if not), or the first usable in order of preference for ``"auto"``; None for
+        a mapping (its transports are chosen per group when bound)."""
+        return None if isinstance(transport, Mapping) else choose(transport, self.comm, self.on_device)
+
+    def _bind_transports(self, transport: str | Transport | Mapping[str, Any]) -> None:
+        """Collective: the transport of every peer, bound. One transport (named or configured) serves every peer;
+        with ``"auto"`` or a mapping ``{"node": ..., "network": ...}``, where the ranks are on several nodes
+        (``Communicator.nodes``, declared ones included), the peers on this rank's node form one group and the
+        others another, each served by its own transport (``"auto"``: measured, transports/auto.py, or the first
+        usable in order of preference; a transport that cannot bind these arrays gives way to the next). Sets
+        ``self._groups``, ``self.transport`` (a ``transports.Mixed`` of several), ``self.transport_reason`` and
+        the copies of what this rank sends itself that no transport's kernel makes."""
         own = self._own_layout()
-        # What this rank sends itself and no kernel copies: view to view on the host (or on the exchange's
-        # stream), through a scratch array where the boxes are cut differently on the two sides.
         copied = self._own is not None and own is None
+        specs = self.layout.fields
         self._local_copies: list[tuple[Any, Any]] = (
             local_copies(self._own, specs, self.sources, self.destinations, self.xp) if copied else []
         )
-        # Bytes copied outside the transport's kernels from this rank to itself per exchange.
+        # Bytes copied outside the transports' kernels from this rank to itself per exchange.
         own_items = self._own.recv_size if copied else 0
         self.local_copy_nbytes = sum(own_items * spec.row_items * spec.dtype.itemsize for spec in specs)
-        if self.on_device and kind == "direct":
-            self.packer = DirectPacker(self.layout, self.sources, own, self.destinations)
-        elif self.on_device:
-            received = self.transport.receive_buffer(self.comm, self.layout.recv_nbytes)
-            self.packer = CudaPacker(self.layout, self.sources, own, self.destinations, received)
-        elif kind == "datatype":
-            self.packer = DatatypePacker(self.layout, self.sources, self.destinations)
-        elif kind == "direct":
-            self.packer = DirectPacker(self.layout, self.sources, destinations=self.destinations)
+        wanted = transport if isinstance(transport, Mapping) else None
+        if wanted is None and transport != "auto":
+            reaches = {"all": list(self.pattern.peers)}
         else:
-            self.packer = CopyPacker(self.layout, self.sources, self.xp, self.destinations)
-        self.channel = self.transport.bind(self.comm, self.packer, self.tag)
+            reaches = _peers_by_reach(self.comm, self.pattern.peers)
+        self._groups: list[_Group] = []
+        reasons = []
+        for k, (reach, peers) in enumerate(reaches.items()):
+            sub = Pattern(self.pattern.local_shape, tuple(peers), self.pattern.trailing_axes, self.pattern.recv_shape)
+            group = _Group(reach, Layout.build(sub, specs, self._align), self.tag + 4 * k, own if k == 0 else None)
+            asked = transport if wanted is None else wanted.get("node" if reach == "all" else reach, "auto")
+            why = self._bind_group(group, asked)
+            self._groups.append(group)
+            reasons.append(why if reach == "all" else f"{reach}: {why}")
+        parts = [g.transport for g in self._groups]
+        if len(parts) > 1 and len({requested(t) for t in parts}) == 1:  # one transport for every group: one group
+            for group in self._groups:
+                group.close()
+            whole = Pattern(self.pattern.local_shape, self.pattern.peers, self.pattern.trailing_axes,
+                            self.pattern.recv_shape)  # fmt: skip
+            self._groups = [_Group("all", Layout.build(whole, specs, self._align), self.tag, own, parts[0])]
+            self._open(self._groups[0])
+            parts = parts[:1]
+        self.transport = parts[0] if len(parts) == 1 else Mixed(parts)
+        self.transport_reason = "; ".join(reasons)
+        self._lanes = self._make_lanes()
 
-    def _bind_or_fall_back(self, transport: str | Transport) -> None:
-        """``_bind``. With ``"auto"``, where several candidates can move these fields: the fastest for this plan,
-        measured (transports/auto.py; not in validation mode, whose checks would be timed too). Otherwise where
-        ``"auto"``'s pick cannot bind these arrays (every rank raised together: ipc cannot map memory that cudaMalloc
-        did not allocate, or pair blocks cut differently), the next best transport. ``self.transport_reason`` says
-        which and why."""
-        self.transport_reason = f"{self.transport.name}: asked for"
-        if transport == "auto":
-            measuring = not self.validate and auto_measurement()
-            self.transport_reason = auto_choice_reason(available(self.comm, self.on_device), self.on_device, measuring)
-            if measuring and self._bind_measured():
-                return
-        unfit = list(self._unfit)
-        while True:
-            try:
-                self._bind()
-                return
-            except TransportError as error:  # raised on every rank together
-                if transport != "auto":
-                    raise
-                unfit.append(self.transport.name)
-                log.info("%s: %s cannot take these arrays (%s); falling back", type(self).__name__, unfit[-1], error)
-                self.transport = choose("auto", self.comm, self.on_device, exclude=tuple(unfit))
-                self.transport_reason = f"{self.transport.name}: {unfit[-1]} cannot take these arrays ({error})"
-
-    def _bind_measured(self) -> bool:
-        """Collective: bind each usable candidate of ``auto.candidates`` in turn, time the plan's own exchange and
-        keep the fastest (or the one remembered for a plan of this shape); False where fewer than two candidates
-        can move these fields (the order of preference decides then)."""
-        reasons = available(self.comm, self.on_device)
+    def _bind_group(self, group: _Group, asked: str | Transport) -> str:
+        """Collective: bind ``group`` to the transport ``asked`` for (or, for ``"auto"``, the fastest measured or
+        the first usable one that binds); what was chosen and why."""
+        reasons = reasons_for(self.comm, group.reach, self.on_device)
         reasons.update(dict.fromkeys(self._unfit, "cannot move this plan"))
+        where = {"all": "", "node": " on this node", "network": " on other nodes"}[group.reach]
+        if asked != "auto":
+            chosen = _instance(asked)
+            if reasons.get(chosen.name) is not None:
+                raise TransportError(f"transport {chosen.name!r} cannot serve the peers{where}: {reasons[chosen.name]}")
+            group.transport = chosen
+            self._open(group)
+            return f"{chosen.name}: asked for"
+        if not self.validate and auto_measurement():  # validation mode measures nothing: its checks would count
+            measured = self._bind_measured(group, reasons)
+            if measured is not None:
+                return measured
+        for name in preference(self.on_device):
+            if reasons.get(name) is not None:
+                continue
+            group.transport = _instance(name)
+            try:
+                self._open(group)
+            except TransportError as error:  # raised on every rank together: the next one
+                reasons[name] = f"cannot take these arrays ({error})"
+                log.info("%s: %s cannot take these arrays (%s); falling back", type(self).__name__, name, error)
+                continue
+            return auto_choice_reason(reasons, self.on_device, measuring=False)
+        detail = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+        raise TransportError(f"no transport can move these fields to the peers{where} ({detail})")
+
+    def _bind_measured(self, group: _Group, reasons: dict[str, str | None]) -> str | None:
+        """Collective: bind each usable candidate of ``auto.candidates`` for ``group`` in turn, time the group's
+        own exchange and keep the fastest (or the one remembered for a plan of this shape); None where fewer than
+        two candidates can serve it (the order of preference decides then)."""
         usable = auto.usable_candidates(reasons, self.on_device)
         if len(usable) < 2:
-            return False
-        key = auto.plan_shape(self.comm, self.layout)
+            return None
+        key = (*auto.plan_shape(self.comm, group.layout), group.reach)
         label = auto.remembered(self.comm, key)
-        if label is not None:
-            self.transport = choose(usable[label], self.comm, self.on_device)
-            self._bind()
-            self.transport_reason = f"{label}: measured fastest before for a plan of this shape on these ranks"
-            return True
-        seconds = {}
-        for label, candidate in usable.items():
-            self.transport = choose(candidate, self.comm, self.on_device)
-            try:
-                self._bind()
-            except TransportError:  # raised on every rank together: this candidate cannot move this plan
-                continue
-            self._ready()
-            seconds[label] = auto.time_exchanges(self.comm, self.exchange, self._synchronize)
-            self.channel.close()
-            self.packer.close()
+        if label in usable:
+            group.transport = _instance(usable[label])
+            self._open(group)
+            return f"{label}: measured fastest before for a plan of this shape on these ranks"
+        seconds, bound = {}, self._groups
+        self._groups = [group]  # the exchange times this group alone
+        try:
+            for label, candidate in usable.items():
+                group.transport = self.transport = _instance(candidate)
+                try:
+                    self._open(group)
+                except TransportError:  # raised on every rank together: this candidate cannot move this plan
+                    continue
+                self._lanes = self._make_lanes()
+                self._ready()
+                seconds[label] = auto.time_exchanges(self.comm, self.exchange, self._synchronize)
+                group.close()
+        finally:
+            self._groups = bound
         if not seconds:  # no candidate could bind these arrays: the order of preference and its fallbacks decide
-            return False
+            return None
         measured = auto.pick(seconds, list(usable))
         auto.remember(self.comm, key, measured.chosen)
-        self.transport = choose(usable[measured.chosen], self.comm, self.on_device)
-        self._bind()
-        self.transport_reason = measured.reason
+        group.transport = _instance(usable[measured.chosen])
+        self._open(group)
         log.info("%s: %s", type(self).__name__, measured.reason)
-        return True
+        return measured.reason
+
+    def _open(self, group: _Group) -> None:
+        """Make ``group``'s packer, which its transport reads and writes through, and its channel (collective)."""
+        packer_kind = group.transport.packer_kind(self.on_device)
+        if self.on_device and packer_kind == "direct":
+            group.packer = DirectPacker(group.layout, self.sources, group.own, self.destinations)
+        elif self.on_device:
+            received = group.transport.receive_buffer(self.comm, group.layout.recv_nbytes)
+            group.packer = CudaPacker(group.layout, self.sources, group.own, self.destinations, received)
+        elif packer_kind == "datatype":
+            group.packer = DatatypePacker(group.layout, self.sources, self.destinations)
+        elif packer_kind == "direct":
+            group.packer = DirectPacker(group.layout, self.sources, destinations=self.destinations)
+        else:
+            group.packer = CopyPacker(group.layout, self.sources, self.xp, self.destinations)
+        group.channel = group.transport.bind(self.comm, group.packer, group.tag)
+
+    def _make_lanes(self) -> list[Any]:
+        """The stream each group runs on beside the exchange's (GPU, several groups): the groups' transfers then
+        overlap instead of one kernel waiting for another in stream order. None: the exchange's own stream."""
+        if not self.on_device or len(self._groups) < 2:
+            return [None] * len(self._groups)
+        cuda = self.xp.cuda
+        self._forked = cuda.Event(block=False, disable_timing=True)
+        self._joined = [cuda.Event(block=False, disable_timing=True) for _ in self._groups]
+        return [None, *(cuda.Stream(non_blocking=True) for _ in self._groups[1:])]
+
+    @property
+    def transports(self) -> dict[int, str]:
+        """The transport that serves each peer of this rank: {peer rank: transport name}."""
+        return {m.peer: g.transport.name for g in self._groups for m in (*g.layout.sends, *g.layout.recvs)}
+
+    @property
+    def packer(self) -> Any:
+        """The packer of an exchanger whose peers one transport serves (GridcommError where several do)."""
+        return self._only().packer
+
+    @property
+    def channel(self) -> Any:
+        """The channel of an exchanger whose peers one transport serves (GridcommError where several do)."""
+        return self._only().channel
+
+    def _only(self) -> _Group:
+        if len(self._groups) != 1:
+            raise GridcommError(f"this exchanger's peers are served by {self.transport.name}: one packer each")
+        return self._groups[0]
 
     def _synchronize(self) -> None:
         """Wait until this rank's exchanges have finished (the device, for GPU fields)."""
@@ -358,26 +488,39 @@ class BoundExchange:
         name = type(self).__name__
         if self._closed:
             raise GridcommError(f"this {name} is closed; make a new one")
-        if not self._handle.done and not self.channel.abandoned:
+        if not self._handle.done and not self._abandoned:
             raise GridcommError(f"an exchange is already in flight on this {name}; wait() for it first")
+        lanes = [None] * len(self._groups)
         if self.on_device:
             stream = stream if stream is not None else self.xp.cuda.get_current_stream()
-            self.packer.stream = stream
+            lanes = [stream if lane is None else lane for lane in self._lanes]
+            if len(lanes) > 1:  # every group's stream after what came before on the exchange's
+                self._forked.record(stream)
+                for lane in lanes[1:]:
+                    lane.wait_event(self._forked)
         else:
             stream = None
         if self._validator is not None:
             self._validator.post(stream)
         try:
-            self.channel.before_pack(stream, self.timeout)
+            for group, lane in zip(self._groups, lanes, strict=True):
+                group.channel.before_pack(lane, self.timeout)
         except GridcommTimeout as error:
             self._give_up(error)
-        self.packer.pack()
-        self.channel.start(stream)
+        for group, lane in zip(self._groups, lanes, strict=True):
+            group.packer.stream = lane
+            group.packer.pack()
+            group.channel.start(lane)
         if self._local_copies:  # overlaps with the messages in flight
             self._copy_own(stream)
         self.count += 1
         self._handle.done, self._handle.stream = False, stream
         return self._handle
+
+    @property
+    def _abandoned(self) -> bool:
+        """Whether a transport gave up on the exchange in flight (nothing writes into its buffers any more)."""
+        return any(group.channel.abandoned for group in self._groups)
 
     def _copy_own(self, stream: Any) -> None:
         with contextlib.nullcontext() if stream is None else stream:
@@ -390,12 +533,18 @@ class BoundExchange:
         return f"{self._what} #{self.count} (exchanger tag {self.tag}, {len(self.sources)} field(s))"
 
     def _complete(self, stream: Any) -> None:
-        try:
-            self.channel.wait(self.timeout, self._operation, stream)
-        except GridcommTimeout as error:
-            self._give_up(error)
-        self.packer.unpack()
-        self.channel.finish(stream)
+        lanes = [stream if lane is None else lane for lane in self._lanes]
+        for group, lane in zip(self._groups, lanes, strict=True):
+            try:
+                group.channel.wait(self.timeout, self._operation, lane)
+            except GridcommTimeout as error:
+                self._give_up(error)
+            group.packer.unpack()
+            group.channel.finish(lane)
+        if self.on_device and len(lanes) > 1:  # the exchange's stream after every group's
+            for lane, joined in zip(lanes[1:], self._joined[1:], strict=True):
+                joined.record(lane)
+                stream.wait_event(joined)
 
     def _validate(self, stream: Any) -> None:
         """Validation mode: compare what arrived with the peers' checksums (ValidationError on a mismatch)."""
@@ -441,7 +590,8 @@ class BoundExchange:
         if self._closed:
             raise GridcommError(f"this {type(self).__name__} is closed; make a new one")
         try:
-            self.channel.check(f"{self._what} (exchanger tag {self.tag}, replayed graph)")
+            for group in self._groups:
+                group.channel.check(f"{self._what} (exchanger tag {self.tag}, replayed graph)")
         except GridcommTimeout as error:
             self._give_up(error)
 
@@ -458,14 +608,15 @@ class BoundExchange:
         """Free requests, datatypes and buffers. The exchanger cannot be used afterwards."""
         if self._closed:
             return
-        if not self._handle.done and not self.channel.abandoned:
+        if not self._handle.done and not self._abandoned:
             raise GridcommError("close() while an exchange is in flight; wait() for it first")
         for graph in self._graphs:
             graph.close()
-        self.channel.close()
-        self.packer.close()
-        # Buffers (host, pinned, device), flag arrays and events go now, not when the collector finds this object.
-        self.channel = self.packer = self._validator = self._local_copies = None  # type: ignore[assignment]
+        for group in self._groups:
+            group.close()
+        # Buffers (host, pinned, device), flag arrays, events and streams go now, not when the collector finds
+        # this object.
+        self._groups, self._lanes, self._validator, self._local_copies = [], [], None, None  # type: ignore[assignment]
         self._handle.stream = None  # the caller's stream: not ours to keep alive
         self._closed = True
 
@@ -510,7 +661,10 @@ class HaloExchanger(BoundExchange):
         decomposition: anything with ``comm`` and ``pattern()``, e.g. a CartesianDecomposition.
         fields: one array or a sequence of arrays, each of the decomposition's local shape (with halo);
             dtypes and C/Fortran orders may differ between fields. NumPy, CuPy or any DLPack array.
-        transport: ``"auto"``, a transport name (``gridcomm.transports.names()``) or a configured Transport.
+        transport: ``"auto"``, a transport name (``gridcomm.transports.names()``), a configured Transport, or
+            ``{"node": ..., "network": ...}``: the transport of the peers on this rank's node and of the others
+            (each a name, a Transport or "auto"; "auto" alone picks one per group too). ``transports`` says
+            which transport serves each peer.
         timeout: seconds to wait for a silent peer before GridcommTimeout (default: the communicator's).
         on_timeout: ``"abort"`` (print the timeout and abort every rank) or ``"raise"`` (raise GridcommTimeout
             for you to handle); default: the communicator's (``GRIDCOMM_ON_TIMEOUT``, else abort).
@@ -542,7 +696,7 @@ class HaloExchanger(BoundExchange):
         # What a rank sends itself (periodic wrap over one rank) is copied field to field, not sent.
         self._split_own(full)
         self._agree_on_arguments(decomposition, fields, transport, (timeout, on_timeout, validate))
-        self.transport = choose(transport, self.comm, self.on_device)
+        self.transport = self._first_choice(transport)
         specs = self._agree_on_fields()  # also views the fields as arrays: self.fields
         self.sources = self.destinations = self.fields  # received halos are written into the fields themselves
         self.xp = array_module(self.fields[0])
@@ -551,7 +705,7 @@ class HaloExchanger(BoundExchange):
         full.check_matches_peers(self.comm.mpi)
         self.layout = Layout.build(self.pattern, specs)
         self.tag = self.comm.new_tag()
-        self._bind_or_fall_back(transport)
+        self._bind_transports(transport)
         self._ready()
 
     def _agree_on_arguments(self, decomposition: Any, fields: Any, transport: Any, options: tuple[Any, ...]) -> None:

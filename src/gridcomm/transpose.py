@@ -33,7 +33,7 @@ from .exchange import (
 from .packing import FieldSpec, Layout, run_grid
 from .pattern import Box, Pattern, PeerPlan
 from .slabs import Redistribution, redistribution
-from .transports import Transport, choose, requested
+from .transports import Transport, kind, names, requested
 
 Blocks = Mapping[int, Box | Sequence[Box]]
 
@@ -194,6 +194,7 @@ class Transposer(BoundExchange):
 
     _what = "transposition"
     _checked = "arguments"
+    _align = "field"  # blocks may be cut differently on the two sides
 
     def __init__(
         self,
@@ -221,7 +222,7 @@ class Transposer(BoundExchange):
         check_same_transport(transports)
         check_same_memory(on_device)
         self.on_device = on_device[0]
-        self.transport = choose(transport, self.comm, self.on_device)
+        self.transport = self._first_choice(transport)
         self._raw = (raw_sources, raw_destinations)
         self.xp = cupy_or_none() if self.on_device else np
         specs = self._agree_on_fields()  # also builds and checks the plan: self._full
@@ -229,9 +230,9 @@ class Transposer(BoundExchange):
         full.check_matches_peers(self.comm.mpi)
         self._fall_back_unless_runs(transport)
         self._split_own(full)
-        self.layout = Layout.build(self.pattern, specs, align="field")  # blocks may be cut differently
+        self.layout = Layout.build(self.pattern, specs, align=self._align)
         self.tag = self.comm.new_tag()
-        self._bind_or_fall_back(transport)  # auto: ipc needs each block to land in a box of its extents
+        self._bind_transports(transport)  # auto: ipc needs each block to land in a box of its extents
         self._ready()
         del self._raw, self._plan
 
@@ -485,12 +486,10 @@ class Transposer(BoundExchange):
                                 return f"rank {self.comm.rank}: {box} of an array of shape {shape}: {error}"
         return None
 
-    def _fall_back_unless_runs(self, transport: str | Transport) -> None:
+    def _fall_back_unless_runs(self, transport: str | Transport | Mapping[str, Any]) -> None:
         """Collective: a transport that copies between the arrays directly, and every GPU transport (the
-        kernels and copy engines move runs), needs every box as memory runs; where some box is not, 'auto'
-        on the host takes the next transport, and otherwise PatternError."""
-        if not self.on_device and self.transport.packer_kind(False) != "direct":
-            return
+        kernels and copy engines move runs), needs every box as memory runs; where some box is not, 'auto' on
+        the host leaves such transports out (``_unfit``), and a transport named for it raises PatternError."""
         problems = [p for p in self.comm.mpi.allgather(self._runs_problem) if p]
         if not problems:
             return
@@ -499,15 +498,16 @@ class Transposer(BoundExchange):
                 f"on the GPU every block is moved as memory runs, which cannot describe {problems[0]}; use boxes "
                 "spanning the last axes fully (or reshape the arrays so that they do)"
             )
-        if transport == "auto":
-            log.info("Transposer: %s cannot describe %s; falling back", self.transport.name, problems[0])
-            self._unfit = (self.transport.name,)  # nor may auto's measurement try it
-            self.transport = choose("auto", self.comm, False, exclude=self._unfit)
-            return
-        raise PatternError(
-            f"transport {self.transport.name!r} copies between the arrays directly and cannot describe {problems[0]}; "
-            "use transport='mpi' (or boxes spanning the last axes fully)"
-        )
+        asked = transport.values() if isinstance(transport, Mapping) else [transport]
+        for t in asked:
+            named = t if isinstance(t, Transport) else None if t == "auto" else kind(t)()
+            if named is not None and named.packer_kind(False) == "direct":
+                raise PatternError(
+                    f"transport {named.name!r} copies between the arrays directly and cannot describe {problems[0]}; "
+                    "use transport='mpi' (or boxes spanning the last axes fully)"
+                )
+        self._unfit = tuple(n for n in names("host") if kind(n)().packer_kind(False) == "direct")
+        log.info("Transposer: %s cannot describe %s; auto leaves them out", self._unfit, problems[0])
 
     @property
     def elements_per_exchange(self) -> tuple[int, int]:

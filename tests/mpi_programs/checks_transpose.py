@@ -464,7 +464,7 @@ def check_boxes_cma_cannot_describe(comm):
         dest = sentinel(shape, "float32", "F")
         return Transposer.from_counts(comm, [2] * n, None, [2] * n, None, source, dest, transport), source, dest
 
-    assert_raises_everywhere(comm, lambda: make("cma")[0], PatternError, "cma", "transport='mpi'")
+    assert_raises_everywhere(comm, lambda: make(TRANSPORTS["cma"])[0], PatternError, "cma", "transport='mpi'")
     problems = []
     for name in ("auto", "p2p/datatype", "neighbor/copy"):
         t, source, dest = make(TRANSPORTS[name])

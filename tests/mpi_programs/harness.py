@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 import gridcomm
 import gridcomm.mpilib
@@ -51,6 +52,20 @@ if ON_GPU:
 else:
     TRANSPORTS = HOST_TRANSPORTS
     TRANSPORT_CHOICES = {**TRANSPORTS, "mpi": "mpi"}
+# Declared nodes that split the job (GRIDCOMM_RANKS_PER_NODE, tests/test_mpi.py): a transport that reaches the ranks
+# of one node serves the peers on a rank's node, and auto the others (named alone for every peer, it is refused).
+_PER_NODE = int(os.environ.get("GRIDCOMM_RANKS_PER_NODE") or 0)
+if 0 < _PER_NODE < MPI.COMM_WORLD.Get_size():
+
+    def _within_nodes(transport: Any) -> Any:
+        name = transport if isinstance(transport, str) else transport.name
+        one_node = name != "auto" and gridcomm.transports.kind(name).reach == "node"
+        return {"node": transport, "network": "auto"} if one_node else transport
+
+    HOST_TRANSPORTS, TRANSPORTS, TRANSPORT_CHOICES, BOX_TRANSPORTS = (
+        {k: _within_nodes(v) for k, v in d.items()}
+        for d in (HOST_TRANSPORTS, TRANSPORTS, TRANSPORT_CHOICES, BOX_TRANSPORTS)
+    )
 # GRIDCOMM_CHECK_TRANSPORTS (comma-separated keys) keeps only those transports, e.g. "staged,ipc" for several
 # ranks sharing one GPU (NCCL refuses two ranks on one device).
 if os.environ.get("GRIDCOMM_CHECK_TRANSPORTS"):

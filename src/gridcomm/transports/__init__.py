@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..comm import Communicator
 from ..errors import ArgumentTypeError, TransportError
-from .base import Channel, Transport
+from .base import Channel, PackerKind, Transport
 from .cma import CmaTransport
 from .ipc import IpcTransport
 from .mpi import MpiTransport
@@ -24,9 +26,11 @@ _REGISTRY: dict[str, type[Transport]] = {
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "REACHES",
     "Channel",
     "CmaTransport",
     "IpcTransport",
+    "Mixed",
     "MpiTransport",
     "NcclTransport",
     "NvshmemTransport",
@@ -38,6 +42,8 @@ __all__ = [
     "choose",
     "kind",
     "names",
+    "preference",
+    "reasons_for",
     "requested",
     "runnable",
     "usable",
@@ -86,19 +92,34 @@ def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
     return {name: cls().unusable_reason(comm, on_device) for name, cls in _REGISTRY.items()}
 
 
-def requested(transport: str | Transport) -> str:
-    """What ``transport`` asks for, checked here without communicating: ``"auto"``, a transport's name, or a
-    configured Transport's repr. ArgumentTypeError for another type, TransportError for an unknown name.
+#: The ways a peer is reached, for a transport per group of peers: ranks of this rank's node, and the others.
+REACHES = ("node", "network")
+
+
+def requested(transport: str | Transport | Mapping[str, Any]) -> str:
+    """What ``transport`` asks for, checked here without communicating: ``"auto"``, a transport's name, a
+    configured Transport's repr, or a mapping of REACHES to any of those (``{"node": "ipc", "network": "nccl"}``;
+    a reach left out is ``"auto"``). ArgumentTypeError for another type, TransportError for an unknown name or
+    reach.
 
     ``choose`` may be collective (a transport's first check of a communicator), so a constructor compares what
     every rank requested first: ranks asking for different transports must all raise, not wait for each other.
     """
+    if isinstance(transport, Mapping):
+        unknown = sorted(set(map(str, transport)) - set(REACHES))
+        if unknown:
+            raise TransportError(
+                f"transport={dict(transport)!r} names {unknown}; a mapping gives the transport of the peers on this "
+                f"rank's node ('node') and of the others ('network')"
+            )
+        return repr({reach: requested(transport.get(reach, "auto")) for reach in REACHES})
     if isinstance(transport, Transport):
         return repr(transport) if dataclasses.is_dataclass(transport) else type(transport).__qualname__
     if not isinstance(transport, str):
         raise ArgumentTypeError(
             f"transport={transport!r} ({type(transport).__name__}) names no transport; give 'auto', one of "
-            f"{names()}, or a configured Transport (e.g. MpiTransport(method='neighbor'))"
+            f"{names()}, a configured Transport (e.g. MpiTransport(method='neighbor')), or a mapping such as "
+            "{'node': 'ipc', 'network': 'nccl'}"
         )
     if transport != "auto" and transport not in _REGISTRY:
         raise TransportError(f"transport={transport!r} is unknown; use 'auto' or one of {names()}")
@@ -157,6 +178,52 @@ def auto_choice_reason(reasons: dict[str, str | None], on_device: bool, measurin
 
 def _name(transport: str | Transport) -> str:
     return transport if isinstance(transport, str) else transport.name
+
+
+def reasons_for(comm: Communicator, reach: str, on_device: bool) -> dict[str, str | None]:
+    """Collective (over ``comm``, and over its node's ranks for transports of one node): for each transport, None
+    when it can serve the peers of ``reach`` ("node": on this rank's node; "network": on other nodes; "all":
+    every peer), else why not."""
+    reasons = {}
+    for name, cls in _REGISTRY.items():
+        transport = cls()
+        why = transport.local_reason(on_device)
+        if why is None and cls.reach == "node":
+            if reach == "network":
+                why = f"{name} reaches the ranks of one node only"
+            else:
+                why = transport.ranks_reason(comm.node if reach == "node" else comm)
+        elif why is None:
+            why = transport.ranks_reason(comm)
+        reasons[name] = why
+    # What one rank finds holds for all (a library missing on one rank): every rank must choose alike.
+    everyone = comm.mpi.allgather(reasons)
+    return {name: next((r[name] for r in everyone if r[name]), None) for name in reasons}
+
+
+def preference(on_device: bool) -> list[str]:
+    """The order ``auto`` takes where it does not measure: fastest first (docs/transports.md)."""
+    return _preference(on_device)
+
+
+class Mixed(Transport):
+    """The transports of an exchange whose groups of peers are served each by its own (one per way of reaching
+    them): what the exchanger reports as its ``transport``, e.g. ``ipc+nccl``. It binds nothing itself."""
+
+    def __init__(self, parts: Sequence[Transport]) -> None:
+        self.parts = tuple(parts)
+        self.name = "+".join(p.name for p in self.parts)  # type: ignore[misc]
+        self.graph_capturable = all(p.graph_capturable for p in self.parts)  # type: ignore[misc]
+        self.memories = frozenset.intersection(*(p.memories for p in self.parts))  # type: ignore[misc]
+
+    def packer_kind(self, on_device: bool) -> PackerKind:
+        raise TransportError("a mixed transport has no packer of its own: each of its parts has one")
+
+    def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
+        raise TransportError("a mixed transport binds its parts, one per group of peers")
+
+    def __repr__(self) -> str:
+        return f"Mixed({', '.join(map(repr, self.parts))})"
 
 
 def _preference(on_device: bool) -> list[str]:

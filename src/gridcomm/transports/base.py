@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from ..comm import Communicator
 from ..waiting import poll_until, wait_on_stream
 
-__all__ = ["Channel", "PackerKind", "Transport", "poll_until", "wait_on_stream"]
+__all__ = ["Channel", "PackerKind", "Transport", "other_nodes", "poll_until", "wait_on_stream"]
 
 PackerKind = Literal["copy", "datatype", "direct"]
 
@@ -52,6 +52,14 @@ class Channel(ABC):
         """Free what the channel holds. Only call when no exchange is in flight."""
 
 
+def other_nodes(comm: Communicator) -> str | None:
+    """Why a transport that reaches only the ranks of one node cannot serve ``comm`` (collective on first use):
+    some of its ranks are on other nodes (``Communicator.nodes``, declared ones included), else None."""
+    if len(set(comm.nodes)) > 1:
+        return f"some ranks are on other nodes ({len(set(comm.nodes))} nodes)"
+    return None
+
+
 class Transport(ABC):
     """A way of moving per-peer messages between ranks. What it can do is declared on the class, and every list
     of transports (the command line's choices, the benchmarks', ``auto``'s candidates, the test suites') is
@@ -77,7 +85,7 @@ class Transport(ABC):
         memory it does not move, a library missing here), or None."""
         if ("device" if on_device else "host") not in self.memories:
             moves = " and ".join("GPU" if m == "device" else m for m in sorted(self.memories))
-            return f"{self.name} moves {moves} arrays only"
+            return f"{self.name} moves {moves} memory only"
         return None
 
     def ranks_reason(self, comm: Communicator) -> str | None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..comm import Communicator
 from ..errors import GridcommError, GridcommTimeout
-from .base import Channel, PackerKind, Transport, poll_until
+from .base import Channel, PackerKind, Transport, other_nodes, poll_until
 
 _IOV_MAX = 1024
 
@@ -82,7 +82,7 @@ class CmaTransport(Transport):
 
     def ranks_reason(self, comm: Communicator) -> str | None:
         if "cma" not in comm.reasons:  # collective the first time, remembered afterwards
-            comm.reasons["cma"] = _read_reason(comm)
+            comm.reasons["cma"] = other_nodes(comm) or _read_reason(comm)
         return comm.reasons["cma"]
 
     def packer_kind(self, on_device: bool) -> PackerKind:

@@ -51,7 +51,7 @@ from ..packing.table import (
     Descriptors,
     address,
 )
-from .base import Channel, PackerKind, Transport
+from .base import Channel, PackerKind, Transport, other_nodes
 from .gpu_waits import GpuWaitChannel, GpuWaitReport
 
 SOURCE = Path(__file__).with_name("ipc.cu")  # its kernels, built on the copy kernels' body (packing/runs.cuh)
@@ -106,7 +106,7 @@ class IpcTransport(Transport):
 
     def ranks_reason(self, comm: Communicator) -> str | None:
         if "ipc" not in comm.reasons:  # collective the first time
-            comm.reasons["ipc"] = all_peers_reachable(comm)
+            comm.reasons["ipc"] = other_nodes(comm) or all_peers_reachable(comm)
         return comm.reasons["ipc"]
 
     def packer_kind(self, on_device: bool) -> PackerKind:

@@ -85,18 +85,37 @@ def info() -> None:
     table.add_row("GPUs (NVML)", ", ".join(f"{g['index']}: {g['name']} {g['memory_GiB']} GiB" for g in found) or "none")
     cupy = _version("cupy-cuda13x") or _version("cupy")
     table.add_row("CuPy", cupy or escape("not installed (pip install 'gridcomm[gpu]')"))
+    nodes = comm.nodes
+    table.add_row("nodes", _nodes_text(nodes))
+    several = len(set(nodes)) > 1
     for where, on_device in (("host arrays", False), ("GPU arrays", True)):
         reasons = transports.available(comm, on_device)
         usable = [n for n, why in reasons.items() if why is None]
         table.add_row(f"transports, {where}", ", ".join(usable) or "none")
-        if usable:
+        if several:
+            table.add_row("  auto picks", "one transport per group of peers: on this rank's node, and the others")
+        elif usable:
             table.add_row("  auto picks", escape(transports.auto_choice_reason(reasons, on_device)))
+        for reach in transports.REACHES if several else ():  # auto's groups of peers, each with its transport
+            by_reach = transports.reasons_for(comm, reach, on_device)
+            serving = [n for n in transports.preference(on_device) if by_reach.get(n) is None]
+            table.add_row(f"  peers, {reach}", ", ".join(serving) or "none")
         for name, why in reasons.items():
             if why is not None:
                 table.add_row(f"  not {name}", escape(why))
     if comm.rank == 0:
         console.print(table)
     comm.close()
+
+
+def _nodes_text(nodes: tuple[int, ...]) -> str:
+    """The nodes of the ranks as gridcomm sees them, e.g. "2: ranks 0-1 | 2-3 (GRIDCOMM_RANKS_PER_NODE=2)"."""
+    from ...agreement import rank_list
+    from ...comm import RANKS_PER_NODE
+
+    groups = [rank_list([r for r, n in enumerate(nodes) if n == node]) for node in sorted(set(nodes))]
+    declared = os.environ.get(RANKS_PER_NODE)
+    return f"{len(groups)}: " + " | ".join(groups) + (f" ({RANKS_PER_NODE}={declared})" if declared else "")
 
 
 DEMO_SHAPE = Sizes((24, 20, 16))
