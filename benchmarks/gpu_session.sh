@@ -167,6 +167,10 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         # TUNE_COPY: tune_copy.py's options instead of these
         stage tune-pack 300 $py benchmarks/tune_copy.py --halos-only \
           ${TUNE_COPY:---unroll 1 --blocks-per-sm 6,7 --piece-units 1024,4096} --out "$dir/results" ;;
+      profile-eager)  # host time inside start() and wait(), enqueued and replayed, and a cProfile: every GPU
+        stage profile-eager 150 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py', '--out', '$dir/results']))"
+        ;;
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
       bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;

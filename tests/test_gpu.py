@@ -149,6 +149,28 @@ def test_capture_replays_the_exchange(cupy, decompose, transport):
         graph.launch(stream)
 
 
+@pytest.mark.parametrize("replay", ["1", "0"], ids=["replayed", "enqueued"])
+@pytest.mark.parametrize("transport", ["nccl", "ipc", "staged"])
+def test_eager_exchanges_replay_a_graph_of_their_own(cupy, decompose, monkeypatch, transport, replay):
+    """start() launches a graph of the whole exchange where the transport can be captured (GRIDCOMM_REPLAY=0:
+    each part enqueued from Python); a changed timeout is captured anew; every exchange is right."""
+    monkeypatch.setenv("GRIDCOMM_REPLAY", replay)
+    d = decompose((14, 9), halo=2, periodic=True)
+    g = random_global(d.global_shape, "float64", 11)
+    f = device_field(cupy, d, g)
+    with HaloExchanger(d, f, transport) as ex:
+        assert ex.replay == (replay == "1" and transport != "staged")
+        for step in range(4):
+            if step == 2:
+                ex.timeout = 30.0  # the GPU-side waits' limit is in the graph: captured again
+            f[d.interior_slices] = cupy.asarray(g[d.global_slices]) + step
+            f[0, :] = -1
+            ex.exchange()
+            want = expected_cells(g + step, d.global_slices, d.halo, d.periodic, "box")
+            assert describe_mismatch(f.get(), want) is None, (step, transport)
+        assert ex.count == 4
+
+
 def test_staged_cannot_be_captured(cupy, decompose):
     d = decompose((8, 8), halo=1, periodic=True)
     with HaloExchanger(d, d.zeros(xp=cupy), "staged") as ex, pytest.raises(GridcommError, match="CUDA graph"):

@@ -16,6 +16,7 @@ import pytest
 from conftest import MPIEXEC, PROGRAMS, needs_mpiexec, run_mpi
 from gpu_support import gpu_count, needs_gpus
 from gridcomm.errors import ArgumentError, ArgumentTypeError
+from gridcomm.exchange import eager_replay
 from gridcomm.timeouts import check_on_timeout, check_timeout
 from gridcomm.validate import check_validate
 
@@ -158,6 +159,14 @@ def test_timeout_and_validate_settings(monkeypatch):
         check_validate(None)
     with pytest.raises(ArgumentTypeError, match="validate"):
         check_validate("yes")
+    monkeypatch.delenv("GRIDCOMM_REPLAY", raising=False)
+    assert eager_replay() is True
+    for off in ("0", "off", " No "):
+        monkeypatch.setenv("GRIDCOMM_REPLAY", off)
+        assert eager_replay() is False
+    monkeypatch.setenv("GRIDCOMM_REPLAY", "graphs")
+    with pytest.raises(ArgumentError, match=r"GRIDCOMM_REPLAY='graphs': use 1 \(replay"):
+        eager_replay()
 
 
 @needs_mpiexec

@@ -59,8 +59,10 @@ def test_the_library_never_imports_the_lab():
         for t in targets
         if not a.startswith("gridcomm.lab") and a != "gridcomm.__main__" and t.startswith("gridcomm.lab")
     )
-    assert not wrong, "the library (decompositions, patterns, packing, transports, exchange) must not depend on " \
+    assert not wrong, (
+        "the library (decompositions, patterns, packing, transports, exchange) must not depend on "
         "the lab built on it (apps, bench, report, cli):\n" + "\n".join(wrong)
+    )
 
 
 def test_the_lab_layers_import_only_those_below():

@@ -6,6 +6,7 @@ converted silently: 5.5 is not taken for 5, nor "5" for 5, nor True for 1."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,18 @@ def flag(value: Any, what: str, *, error: type[Exception] | None = None) -> bool
     if not isinstance(value, bool | np.bool_):
         raise (error or ArgumentTypeError)(f"{what}={value!r} ({type(value).__name__}): give True or False")
     return bool(value)
+
+
+def environment_flag(name: str, default: bool, meaning: str) -> bool:
+    """The environment variable ``name`` as a bool (1/true/yes/on or 0/false/no/off; unset or empty:
+    ``default``); anything else raises ArgumentError saying what 1 means (``meaning``)."""
+    setting = os.environ.get(name, "").strip().lower()
+    if setting not in ("", *_TRUE, *_FALSE):
+        raise ArgumentError(f"{name}={setting!r}: use 1 ({meaning}) or 0")
+    return default if not setting else setting in _TRUE
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def entries(value: Any, what: str, hint: str) -> list[Any]:

@@ -18,9 +18,17 @@ from typing import Any, ClassVar, NoReturn, Self
 import numpy as np
 
 from .agreement import gather_or_raise
+from .arguments import environment_flag
 from .arrays import array_list, array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
 from .comm import Communicator
-from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeout, PatternError, TransportError
+from .errors import (
+    ArgumentTypeError,
+    FieldError,
+    GridcommError,
+    GridcommTimeout,
+    PatternError,
+    TransportError,
+)
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
 from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
@@ -41,6 +49,12 @@ from .transports.auto import auto_measurement
 from .validate import ExchangeValidator, check_validate
 
 log = logging.getLogger(__name__)
+
+
+def eager_replay() -> bool:
+    """Whether a GPU exchanger's ``start()`` replays a CUDA graph of its own exchange: ``GRIDCOMM_REPLAY``
+    (default 1; 0 enqueues pack, transfer and unpack from Python at every call, as inside a user's capture)."""
+    return environment_flag("GRIDCOMM_REPLAY", True, "replay a graph of each exchange")
 
 
 def _compatible_orders(a: Any) -> str:
@@ -87,6 +101,7 @@ class ExchangeHandle:
         self._exchanger = exchanger
         self.done = True
         self.stream: Any = None
+        self.replayed = False  # the exchange in flight is a launch of the exchanger's own graph
 
     def wait(self) -> None:
         """Block until this exchange is complete; raise GridcommTimeout if a peer stays silent.
@@ -474,6 +489,8 @@ class BoundExchange:
         self._handle = ExchangeHandle(self)
         self._closed = False
         self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
+        self.replay = self.on_device and self.transport.graph_capturable and not self.validate and eager_replay()
+        self._replayed: tuple[float, CapturedExchange] | None = None  # (the timeout it was captured with, graph)
         log.info("ready: %r", self)
 
     # -- running ----------------------------------------------------------------------------------------
@@ -493,6 +510,8 @@ class BoundExchange:
         lanes = [None] * len(self._groups)
         if self.on_device:
             stream = stream if stream is not None else self.xp.cuda.get_current_stream()
+            if self.replay and not stream.is_capturing():
+                return self._start_replay(stream)
             lanes = [stream if lane is None else lane for lane in self._lanes]
             if len(lanes) > 1:  # every group's stream after what came before on the exchange's
                 self._forked.record(stream)
@@ -517,6 +536,25 @@ class BoundExchange:
         self._handle.done, self._handle.stream = False, stream
         return self._handle
 
+    def _start_replay(self, stream: Any) -> ExchangeHandle:
+        """Launch the CUDA graph of one whole exchange (captured at the first call, again if the timeout the
+        GPU-side waits were given has changed): one launch instead of a pack, a transfer and an unpack each
+        marshalled from Python. The graph reads and writes the bound arrays, whose addresses never change."""
+        if self._replayed is None or self._replayed[0] != self.timeout:
+            if self._replayed is not None:
+                self._replayed[1].close()
+            self._replayed = (self.timeout, self.capture())
+            self.count -= 1  # the capture enqueued nothing; the launch below is the exchange
+        try:
+            for group in self._groups:
+                group.channel.before_pack(stream, self.timeout)
+        except GridcommTimeout as error:
+            self._give_up(error)
+        self._replayed[1].launch(stream)
+        self.count += 1
+        self._handle.done, self._handle.stream, self._handle.replayed = False, stream, True
+        return self._handle
+
     @property
     def _abandoned(self) -> bool:
         """Whether a transport gave up on the exchange in flight (nothing writes into its buffers any more)."""
@@ -533,6 +571,14 @@ class BoundExchange:
         return f"{self._what} #{self.count} (exchanger tag {self.tag}, {len(self.sources)} field(s))"
 
     def _complete(self, stream: Any) -> None:
+        if self._handle.replayed:  # the graph unpacked and joined the lanes: wait for it on the host
+            for group in self._groups:
+                try:
+                    group.channel.wait(self.timeout, self._operation, stream)
+                except GridcommTimeout as error:
+                    self._give_up(error)
+            self._handle.replayed = False
+            return
         lanes = [stream if lane is None else lane for lane in self._lanes]
         for group, lane in zip(self._groups, lanes, strict=True):
             try:

@@ -1,5 +1,4 @@
-"""GPU helpers over a communicator: which GPU a rank uses, and what the GPUs of a node can do for each other.
-"""
+"""GPU helpers over a communicator: which GPU a rank uses, and what the GPUs of a node can do for each other."""
 
 from __future__ import annotations
 

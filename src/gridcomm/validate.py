@@ -15,20 +15,19 @@ payloads and signed zeros are compared bitwise, like the exchange itself.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, ArgumentTypeError, GridcommTimeout, ValidationError
+from .arguments import environment_flag
+from .errors import ArgumentTypeError, GridcommTimeout, ValidationError
 from .packing.layout import FieldSpec
 from .pattern import Box, PeerPlan, Selection
 from .waiting import poll_until
 
 #: Elements per checksum: a mismatch is reported as a range of at most this many elements.
 BLOCK_ITEMS = 1024
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def _current(stream: Any) -> Any:
@@ -39,10 +38,7 @@ def _current(stream: Any) -> Any:
 def check_validate(value: bool | None) -> bool:
     """``value`` as a bool; None reads ``GRIDCOMM_VALIDATE`` (default off)."""
     if value is None:
-        setting = os.environ.get("GRIDCOMM_VALIDATE", "").strip().lower()
-        if setting not in _TRUE + _FALSE:
-            raise ArgumentError(f"GRIDCOMM_VALIDATE={setting!r}: use 1 (validate every exchange) or 0")
-        return setting in _TRUE
+        return environment_flag("GRIDCOMM_VALIDATE", False, "validate every exchange")
     if not isinstance(value, bool | np.bool_):
         raise ArgumentTypeError(f"validate={value!r}: pass True or False (or None for GRIDCOMM_VALIDATE)")
     return bool(value)

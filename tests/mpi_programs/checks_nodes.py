@@ -69,8 +69,10 @@ def check_auto_serves_each_group_with_its_own(comm):
         for peer, transport in served.items():
             if not _same_node(gc, peer) and transport in node_only:
                 problems.append(f"peer {peer} on another node is served by {transport}, which reaches one node only")
-        several = len(set(gc.nodes)) > 1 and any(_same_node(gc, p) for p in served) and any(
-            not _same_node(gc, p) for p in served
+        several = (
+            len(set(gc.nodes)) > 1
+            and any(_same_node(gc, p) for p in served)
+            and any(not _same_node(gc, p) for p in served)
         )
         if several and "+" not in name and len(set(served.values())) > 1:
             problems.append(f"two transports serve the peers ({served}) but the exchanger says {name!r}")
@@ -106,9 +108,7 @@ def check_bad_mappings_are_refused_on_every_rank(comm):
         assert_raises_everywhere(comm, lambda: HaloExchanger(d, f, {"galaxy": "mpi"}), TransportError, "galaxy")
         assert_raises_everywhere(comm, lambda: HaloExchanger(d, f, {"node": "smoke"}), TransportError, "unknown")
         if len(set(gc.nodes)) > 1 and not ON_GPU:
-            assert_raises_everywhere(
-                comm, lambda: HaloExchanger(d, f, {"network": "cma"}), TransportError, "one node"
-            )
+            assert_raises_everywhere(comm, lambda: HaloExchanger(d, f, {"network": "cma"}), TransportError, "one node")
             assert_raises_everywhere(comm, lambda: HaloExchanger(d, f, "cma"), TransportError, "other nodes")
         d.comm.close()
 

@@ -52,6 +52,7 @@ def _console_width() -> int | None:
 
 console = Console(file=_Stdout(), soft_wrap=True, width=_console_width())  # type: ignore[arg-type]
 
+
 class _NoProgress:
     def __enter__(self) -> _NoProgress:
         return self

@@ -220,11 +220,17 @@ def torch_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
 
 
 def time_exchanger(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:
-    """``{name: seconds per exchange}``, and ``{name + " graph": seconds per replay}`` of the exchange captured
-    in a CUDA graph where the transport allows it."""
+    """``{name: seconds per exchange}`` (``exchange()`` from Python: where the transport allows, a launch of
+    the exchanger's own graph), ``{name + " enqueued": ...}`` of the same with each part enqueued from Python
+    (``replay`` off, as before GRIDCOMM_REPLAY), and ``{name + " graph": seconds per replay}`` of the exchange
+    captured in a CUDA graph, launched in a loop."""
     import cupy
 
     timings = {name: time_gpu(comm, exchanger.exchange, samples)}
+    if exchanger.replay:
+        exchanger.replay = False
+        timings[f"{name} enqueued"] = time_gpu(comm, exchanger.exchange, samples)
+        exchanger.replay = True
     if exchanger.transport.graph_capturable:
         graph, stream = exchanger.capture(), cupy.cuda.get_current_stream()
         timings[f"{name} graph"] = time_gpu(comm, lambda: graph.launch(stream), samples)

@@ -1,0 +1,95 @@
+"""Where the host time of an exchange called from Python goes (issue: the eager path), one rank per GPU.
+
+A ring of ranks, 8 B per peer (one float64 halo cell each side), GPU fields. For each graph-capturable transport,
+with each part enqueued from Python (``replay`` off) and with the exchanger's own graph launched (``replay`` on):
+the host time spent inside ``start()`` and inside ``wait()`` per exchange (medians over the ranks' medians), then
+on rank 0 a cProfile of the enqueued path: the functions with the most time of their own.
+
+    mpiexec -n 2 python benchmarks/profile_eager.py --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+from pathlib import Path
+
+import cupy
+import numpy as np
+from mpi4py import MPI
+
+import gridcomm
+from gridcomm.lab.measure.machine import machine_info
+
+EXCHANGES = 3000
+
+
+def _host_times(ex: gridcomm.HaloExchanger, n: int) -> tuple[float, float, float]:
+    """Median host seconds in start(), in wait(), and per whole exchange (the loop's mean), over ``n`` calls."""
+    starts, waits = np.empty(n), np.empty(n)
+    began = time.perf_counter()
+    for i in range(n):
+        t0 = time.perf_counter()
+        handle = ex.start()
+        t1 = time.perf_counter()
+        handle.wait()
+        waits[i], starts[i] = time.perf_counter() - t1, t1 - t0
+    return float(np.median(starts)), float(np.median(waits)), (time.perf_counter() - began) / n
+
+
+def _profile(ex: gridcomm.HaloExchanger, n: int) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(n):
+        ex.exchange()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(14)
+    return text.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    world = MPI.COMM_WORLD
+    cupy.cuda.Device(world.rank % cupy.cuda.runtime.getDeviceCount()).use()
+    rows, profiles = [], {}
+    with gridcomm.Communicator(world) as comm:
+        d = gridcomm.CartesianDecomposition(comm, (4 * comm.size,), halo=1, periodic=True, proc_grid=(comm.size,))
+        field = d.zeros(xp=cupy)
+        for transport in ("ipc", "nccl"):
+            with gridcomm.HaloExchanger(d, field, transport) as ex:
+                for replay in (False, True):
+                    ex.replay = replay
+                    _host_times(ex, 300)  # warm up (the first replay captures its graph)
+                    start_s, wait_s, each_s = _host_times(ex, EXCHANGES)
+                    mine = np.array([start_s, wait_s, each_s])
+                    every = world.gather(mine, root=0)
+                    if world.rank == 0:
+                        s, w, e = np.median(np.array(every), axis=0)
+                        rows.append({"transport": transport, "replay": replay, "start_s": s, "wait_s": w,
+                                     "per_exchange_s": e})  # fmt: skip
+                        print(f"{transport:5} {'replayed' if replay else 'enqueued':9} start {s * 1e6:6.1f} µs  "
+                              f"wait {w * 1e6:6.1f} µs  per exchange {e * 1e6:6.1f} µs", flush=True)  # fmt: skip
+                ex.replay = False
+                text = _profile(ex, 1000)
+                if world.rank == 0:
+                    profiles[transport] = text
+                    print(f"--- cProfile of 1000 enqueued {transport} exchanges, rank 0", flush=True)
+                    print(text, flush=True)
+    if world.rank == 0:
+        info = machine_info(world.size, gpus_used=world.size)
+        out = args.out / f"profile-eager-{world.size}r-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+        args.out.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"machine": info, "ranks": world.size, "bytes_per_peer": 8, "rows": rows,
+                                   "profiles": profiles}, indent=1))  # fmt: skip
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
