@@ -88,6 +88,16 @@ def test_gpu_transports_between_two_gpus(mpi_checks):
     mpi_checks("checks_gpu", 2, timeout=100, env=ON_GPU)
 
 
+@needs_gpus(2)
+@pytest.mark.parametrize("program", ["checks_nodes", "checks_exchange", "checks_gpu_transpose"])
+def test_suites_across_declared_nodes_on_gpu(mpi_checks, program):
+    """One rank per GPU declared as nodes of half the ranks (GRIDCOMM_RANKS_PER_NODE): auto serves the peers on
+    a rank's node and the others each with its own GPU transport (ipc and nccl), bit for bit."""
+    nranks = gpu_count()
+    env = {**ON_GPU, "GRIDCOMM_RANKS_PER_NODE": str(max(1, nranks // 2))}
+    mpi_checks(program, nranks, timeout=300, env=env)
+
+
 # -- one rank, in process ---------------------------------------------------------------------------------
 
 
