@@ -2,7 +2,7 @@
 # One call on a GPU machine: what is there, the GPU tests, the GPU benchmarks. Everything lands in $OUT.
 #
 #   bash benchmarks/gpu_session.sh [env] [tests] [tune] [bench-p2p] [bench-alltoall] [bench-halo] [bench-stencil2d]
-#                                  [faults] [hygiene] [soak] ... [gpus=2,3:hygiene+soak] ... [wait]
+#                                  [faults] [hygiene] [soak] [profile-eager] ... [gpus=2,3:faults] ... [wait]
 #
 # Runs from the repository root with the machine's python3 and packages (PYTHONPATH=src, nothing installed);
 # one rank per GPU. Logs and result files are written under $OUT/session and packed into $OUT/session.tgz
@@ -100,7 +100,9 @@ sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py',
         stage env 60 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
 print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", numpy.__version__); \
 from mpi4py import MPI; print(MPI.Get_library_version())'; which mpirun mpiexec; nvcc --version | tail -2; \
-$py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -m gridcomm info"
+$py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -m gridcomm info; \
+[ $ngpu -lt 2 ] || GRIDCOMM_RANKS_PER_NODE=$((ngpu / 2)) mpirun --allow-run-as-root --oversubscribe -np $ngpu \
+-x GRIDCOMM_RANKS_PER_NODE $py -m gridcomm info"
         ;;
       tests-transpose)  # the Transposer's suites on the GPU only
         stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
@@ -172,13 +174,18 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
 sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py', '--out', '$dir/results']))"
         ;;
       bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
-      bench-alltoall) stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results" ;;
+      bench-alltoall)  # ALLTOALL_ARGS: more options (e.g. --largest 134217728 --samples 5)
+        stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" ${ALLTOALL_ARGS:-} --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
       bench-spectral)  # the seed's Figure 4 on every GPU: one step per transport, and TCo639 as the seed ran it
         stage bench-spectral 300 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O160,O320,O640 \
           --transports staged,nccl,ipc --out "$dir/results"
         stage bench-tco639 200 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 \
           --fields 3 --steps 3 --transports auto --out "$dir/results"
+        ;;
+      bench-spectral-pipeline)  # TCo639 on every GPU, the transpositions overlapped with the FFTs or not
+        stage bench-spectral-pipeline 240 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 \
+          --fields 3 --steps 3 --transports ipc,nccl --pipeline 1,4 --no-peer --out "$dir/results"
         ;;
       bench-spectral1)  # one GPU: the seed's grids, and TCo639 as the seed ran it
         stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 --out "$dir/results"
