@@ -169,7 +169,7 @@ def test_eager_exchanges_replay_a_graph_of_their_own(cupy, decompose, monkeypatc
     g = random_global(d.global_shape, "float64", 11)
     f = device_field(cupy, d, g)
     with HaloExchanger(d, f, transport) as ex:
-        assert ex.replay == (replay == "1" and transport != "staged")
+        assert ex.replay == (replay == "1" and transport == "ipc")  # nccl: an abort would wait for the graph
         for step in range(4):
             if step == 2:
                 ex.timeout = 30.0  # the GPU-side waits' limit is in the graph: captured again
@@ -247,7 +247,9 @@ def test_auto_picks_a_gpu_transport_and_says_why(cupy):
     comm = gridcomm.Communicator()
     reasons = gridcomm.transports.available(comm, on_device=True)
     why = gridcomm.transports.auto_choice_reason(reasons, on_device=True)
-    assert why.split(":")[0] in {"ipc", "nccl", "mpi", "staged"}, why
+    ordered = gridcomm.transports.auto_choice_reason(reasons, on_device=True, measuring=False)
+    assert ordered.split(":")[0] in {"ipc", "nccl", "mpi", "staged"}, ordered
+    assert why == ordered or (why.startswith("the fastest of ipc, ipc/copy-engine, nccl") and "measured" in why), why
     comm.close()
 
 

@@ -333,7 +333,8 @@ class BoundExchange:
         if wanted is None and transport != "auto":
             reaches = {"all": list(self.pattern.peers)}
         else:
-            reaches = _peers_by_reach(self.comm, self.pattern.peers)
+            # No rank has a peer (one rank, or only blocks of its own): one group of none, bound as before.
+            reaches = _peers_by_reach(self.comm, self.pattern.peers) or {"all": []}
         self._groups: list[_Group] = []
         reasons = []
         for k, (reach, peers) in enumerate(reaches.items()):
@@ -489,9 +490,29 @@ class BoundExchange:
         self._handle = ExchangeHandle(self)
         self._closed = False
         self._graphs: weakref.WeakSet[CapturedExchange] = weakref.WeakSet()
-        self.replay = self.on_device and self.transport.graph_capturable and not self.validate and eager_replay()
+        self._replay = self._can_replay and eager_replay()
         self._replayed: tuple[float, CapturedExchange] | None = None  # (the timeout it was captured with, graph)
         log.info("ready: %r", self)
+
+    @property
+    def _can_replay(self) -> bool:
+        return self.on_device and self.transport.replayable and not self.validate
+
+    @property
+    def replay(self) -> bool:
+        """Whether ``start()`` launches a CUDA graph of the whole exchange, captured at its first call (GPU
+        fields, a transport whose waits give up on the GPU: ipc, nvshmem; no validation), instead of enqueueing
+        each part from Python. Default: ``GRIDCOMM_REPLAY`` (1)."""
+        return self._replay
+
+    @replay.setter
+    def replay(self, value: bool) -> None:
+        if value and not self._can_replay:
+            raise GridcommError(
+                f"{type(self).__name__} over {self.transport.name!r} cannot replay a graph of its own exchange: "
+                "that needs GPU fields, a transport whose waits give up on the GPU (ipc, nvshmem) and no validation"
+            )
+        self._replay = bool(value)
 
     # -- running ----------------------------------------------------------------------------------------
 
@@ -510,7 +531,7 @@ class BoundExchange:
         lanes = [None] * len(self._groups)
         if self.on_device:
             stream = stream if stream is not None else self.xp.cuda.get_current_stream()
-            if self.replay and not stream.is_capturing():
+            if self._replay and not stream.is_capturing():
                 return self._start_replay(stream)
             lanes = [stream if lane is None else lane for lane in self._lanes]
             if len(lanes) > 1:  # every group's stream after what came before on the exchange's

@@ -360,13 +360,13 @@ def check_ipc_staged_selections_match_reference(comm):
         ipc.STAGE_SPAN_BYTES, ipc.STAGE_RUN_BYTES = 0, 1 << 30
         for shape, halo, periodic in CASES:
             d = CartesianDecomposition(comm, grow(shape, halo, size), halo=halo, periodic=periodic)
-            if p := exchange_problems(d, MIXED, "ipc"):
+            if p := exchange_problems(d, MIXED, TRANSPORTS["ipc"]):
                 problems.append(f"{shape}, halo {halo}, all staged: {p}")
             d.comm.close()
     finally:
         ipc.STAGE_SPAN_BYTES, ipc.STAGE_RUN_BYTES = saved
     d = CartesianDecomposition(comm, (2048, 2048 * size), halo=1, proc_grid=(1, size), periodic=True, stencil="star")
-    if p := exchange_problems(d, [("float64", "C")], "ipc"):
+    if p := exchange_problems(d, [("float64", "C")], TRANSPORTS["ipc"]):
         problems.append(f"2048 x 2048 per rank, columns staged: {p}")
     d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)

@@ -73,6 +73,7 @@ class SegmentTable:
         self.pieces = len(pieces[0])
         self.table = cupy.asarray(table)
         self._pieces = tuple(cupy.asarray(a) for a in pieces)
+        self._kernel = copy_kernel(FOLDER / "pack.cu", "gridcomm_copy_runs")  # found once: not at every launch
 
     @property
     def args(self) -> tuple[Any, ...]:
@@ -82,7 +83,7 @@ class SegmentTable:
     def copy(self, stream: Any) -> None:
         """Enqueue the copy of every row on ``stream`` (None: the current stream)."""
         if self.pieces:
-            copy_kernel(FOLDER / "pack.cu", "gridcomm_copy_runs")((self.grid,), (THREADS,), self.args, stream=stream)
+            self._kernel((self.grid,), (THREADS,), self.args, stream=stream)
 
 
 class CudaPacker(BufferedMessages):

@@ -214,6 +214,7 @@ class Mixed(Transport):
         self.parts = tuple(parts)
         self.name = "+".join(p.name for p in self.parts)  # type: ignore[misc]
         self.graph_capturable = all(p.graph_capturable for p in self.parts)  # type: ignore[misc]
+        self.replayable = all(p.replayable for p in self.parts)  # type: ignore[misc]
         self.memories = frozenset.intersection(*(p.memories for p in self.parts))  # type: ignore[misc]
 
     def packer_kind(self, on_device: bool) -> PackerKind:

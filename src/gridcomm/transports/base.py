@@ -74,6 +74,10 @@ class Transport(ABC):
     reach: ClassVar[str] = "any"
     #: True when an exchange needs no host work between its launches, so it can be captured in a CUDA graph.
     graph_capturable: ClassVar[bool] = False
+    #: True when eager exchanges may replay a graph of their own (``BoundExchange.replay``): captured, and a silent
+    #: peer ends the exchange on the GPU by itself. Not nccl: it must then abort its communicator, and the abort
+    #: waits forever for a graph that used the communicator while that graph's kernels spin.
+    replayable: ClassVar[bool] = False
 
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:
         """Why this transport cannot move fields of that memory between the ranks of ``comm`` (None when it can):

@@ -97,6 +97,7 @@ class IpcTransport(Transport):
     memories = frozenset({"device"})
     reach = "node"
     graph_capturable = True
+    replayable = True
 
     def __post_init__(self) -> None:
         if self.method not in ("kernel", "copy-engine"):
@@ -340,11 +341,12 @@ class _KernelChannel(_IpcChannel):
         super().__init__(comm, packer)
         self._table = SegmentTable(self._rows, self._lanes(), blocks)
         self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
+        self._exchange = copy_kernel(SOURCE, "gridcomm_ipc_exchange")  # found once: not at every launch
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
     def start(self, stream: Any = None) -> None:
         # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
-        copy_kernel(SOURCE, "gridcomm_ipc_exchange")(
+        self._exchange(
             (self._table.grid,),
             (THREADS,),
             (
@@ -396,6 +398,8 @@ class _CopyEngineChannel(_IpcChannel):
         mine = set(range(len(rows))) - {i for r in self._rows_of for i in r}
         self._own = [c for row in rows[sorted(mine)] for c in _copies_2d(row)]
         self._fork = cupy.cuda.Event(block=False, disable_timing=True)
+        steps = ("open", "ready", "sent", "close")
+        self._kernels = {step: copy_kernel(SOURCE, f"gridcomm_ipc_{step}") for step in steps}
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
     def start(self, stream: Any = None) -> None:
@@ -404,26 +408,22 @@ class _CopyEngineChannel(_IpcChannel):
         one = ((1,), (1,))
         rank, size = np.int32(self._comm.rank), np.int32(self._comm.size)
         limit, error = self._waits.limit_ns, self._waits.address
-        copy_kernel(SOURCE, "gridcomm_ipc_open")(
+        self._kernels["open"](
             *one, (self._epoch, self._peer_flags, self._source_ranks, np.int32(len(self._sources)), rank), stream=stream
         )
         self._fork.record(stream)
         for peer, abandoned, copies, lane, joined in self._lanes:
             lane.wait_event(self._fork)
-            copy_kernel(SOURCE, "gridcomm_ipc_ready")(
-                *one, (self._epoch, self._flags, peer, abandoned, limit, error), stream=lane
-            )
+            self._kernels["ready"](*one, (self._epoch, self._flags, peer, abandoned, limit, error), stream=lane)
             for args in copies:
                 runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, lane.ptr)
-            copy_kernel(SOURCE, "gridcomm_ipc_sent")(
-                *one, (self._epoch, self._peer_flags, peer, abandoned, rank, size), stream=lane
-            )
+            self._kernels["sent"](*one, (self._epoch, self._peer_flags, peer, abandoned, rank, size), stream=lane)
             joined.record(lane)
         for args in self._own:
             runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, stream.ptr)
         for *_, joined in self._lanes:
             stream.wait_event(joined)
-        copy_kernel(SOURCE, "gridcomm_ipc_close")(
+        self._kernels["close"](
             *one,
             (self._epoch, self._flags, self._source_ranks, np.int32(len(self._sources)), size, limit,
              error),

@@ -33,6 +33,7 @@ class NvshmemTransport(Transport):
     name = "nvshmem"
     memories = frozenset({"device"})
     graph_capturable = True
+    replayable = True
 
     def local_reason(self, on_device: bool) -> str | None:
         return super().local_reason(on_device) or shmem.unavailable_reason()

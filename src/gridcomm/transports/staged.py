@@ -67,8 +67,9 @@ class _StagedChannel(Channel):
 
         self._comm, self._device = comm, packer
         layout = packer.layout
-        self._memory = [cupy.cuda.alloc_pinned_memory(max(n, 1)) for n in (layout.send_nbytes, layout.recv_nbytes)]
-        send, recv = (np.frombuffer(m, dtype=np.uint8, count=m.size) for m in self._memory)
+        sizes = [max(n, 1) for n in (layout.send_nbytes, layout.recv_nbytes)]
+        self._memory = [cupy.cuda.alloc_pinned_memory(n) for n in sizes]
+        send, recv = (np.frombuffer(m, dtype=np.uint8, count=n) for m, n in zip(self._memory, sizes, strict=True))
         self._host = (send, recv)
         # Per chunk: (offset, bytes, peer, persistent request); one tag per exchanger, chunks of a peer in order.
         self._sends = [

@@ -22,8 +22,8 @@ ROLE_NOTE = (
     "peer: nccl send/recv is NCCL's own grouped send/recv of the same bytes from contiguous buffers, torch "
     "all_to_all torch.distributed's all_to_all_single (NCCL) of them; ceiling: peer copy is a copy straight into "
     "every peer GPU's memory at once (one kernel over all peers, or the copy engines on a stream per peer); "
-    "a transport's own column is exchange() called from Python (a launch of the exchanger's own CUDA graph where "
-    "the transport can be captured), 'enqueued' the same with each part enqueued from Python (GRIDCOMM_REPLAY=0), "
+    "a transport's own column is exchange() called from Python (a launch of the exchanger's own CUDA graph with "
+    "ipc and nvshmem), 'enqueued' the same with each part enqueued from Python (GRIDCOMM_REPLAY=0), "
     "'graph' the exchange captured once and its graph launched in a loop; mpi appears where MPI is CUDA-aware."
 )
 
