@@ -45,14 +45,16 @@ for what in "${@:-env tests}"; do
       gpus=*:*)  # a background group: these stages on these GPUs alone
         list=${step#gpus=}; list=${list%%:*}; stages=${step#*:}
         echo "=== group on GPUs $list: ${stages//+/ }"
-        CUDA_VISIBLE_DEVICES=$list OUT="$dir/gpus-$list" GRIDCOMM_SESSION_GROUP=1 \
-          bash "$0" "${stages//+/ }" >"$dir/gpus-$list.log" 2>&1 &
+        # Folders named without commas: the device tool brings back no file whose name holds one.
+        CUDA_VISIBLE_DEVICES=$list OUT="$dir/gpus-${list//,/-}" GRIDCOMM_SESSION_GROUP=1 \
+          bash "$0" "${stages//+/ }" >"$dir/gpus-${list//,/-}.log" 2>&1 &
         groups+=("$!:$list")
         ;;
       wait)
         for entry in "${groups[@]}"; do
           wait "${entry%%:*}"
-          summary+=("group on GPUs ${entry#*:}:" "$(sed -n '/^--- summary/,$p' "$dir/gpus-${entry#*:}.log" | tail -n +2)")
+          list=${entry#*:}
+          summary+=("group on GPUs $list:" "$(sed -n '/^--- summary/,$p' "$dir/gpus-${list//,/-}.log" | tail -n +2)")
         done
         groups=()
         ;;
