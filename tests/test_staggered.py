@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from harness import DTYPES, SENTINEL_BYTE, block_partition, cell_bytes, describe_mismatch, expected_cells, stand_in_comm
+from harness import (
+    DTYPES,
+    cell_bytes,
+    describe_mismatch,
+    expected_cells,
+    local_with_halo,
+    staggered_owned_slices,
+    staggered_shape,
+    stand_in_comm,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,29 +40,7 @@ def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
 
 
 def staggered_owned(d, stagger) -> tuple[slice, ...]:
-    """The points of the global staggered grid a rank owns, worked out here from the documented convention (face i
-    is the low face of cell i; the last block of a non-periodic staggered axis also owns the boundary face N)."""
-    owned = []
-    for k, (n, p, c) in enumerate(zip(d.global_shape, d.proc_grid, d.coords, strict=True)):
-        start, stop = block_partition(n, p)[c]
-        extra = k in stagger and not d.periodic[k] and c == p - 1
-        owned.append(slice(start, stop + extra))
-    return tuple(owned)
-
-
-def staggered_global_shape(d, stagger) -> tuple[int, ...]:
-    return tuple(n + (k in stagger and not d.periodic[k]) for k, n in enumerate(d.global_shape))
-
-
-def local_field(owned, halo, global_array, order) -> np.ndarray:
-    """A local array of the reference's own shape: the owned points inside, sentinel bytes in the halo."""
-    shape = tuple(s.stop - s.start + lo + hi for s, (lo, hi) in zip(owned, halo, strict=True))
-    local = np.empty(shape, dtype=global_array.dtype, order=order)
-    cells = cell_bytes(local)
-    cells[...] = SENTINEL_BYTE
-    inside = tuple(slice(lo, lo + s.stop - s.start) for s, (lo, _) in zip(owned, halo, strict=True))
-    cells[inside] = cell_bytes(global_array)[owned]
-    return local
+    return staggered_owned_slices(d.global_shape, d.proc_grid, d.coords, d.periodic, stagger)
 
 
 @st.composite
@@ -84,13 +71,15 @@ def test_staggered_patterns_simulated_serially_match_reference(case):
     d0 = ranks[0]
     for i, (halo, stagger, dtype, order) in enumerate(fields):
         per_rank = [d.field(halo=halo, stagger=stagger) for d in ranks]
-        g = np.random.default_rng(seed + i).integers(0, 256, staggered_global_shape(d0, stagger), np.uint8)
+        g = np.random.default_rng(seed + i).integers(
+            0, 256, staggered_shape(d0.global_shape, d0.periodic, stagger), np.uint8
+        )
         g = g.astype(dtype) if dtype != "bool" else (g & 1).astype(bool)
         owned = [staggered_owned(d, stagger) for d in ranks]
         for f, mine in zip(per_rank, owned, strict=True):
             assert f.global_shape == g.shape and f.global_slices == mine and f.halo == halo and f.stagger == stagger
-            assert f.local_shape == local_field(mine, halo, g, order).shape
-        arrays = [local_field(mine, halo, g, order) for mine in owned]
+            assert f.local_shape == local_with_halo(mine, halo, g, order).shape
+        arrays = [local_with_halo(mine, halo, g, order) for mine in owned]
         before = [a.copy() for a in arrays]
         plans = [{p.rank: p for p in f.pattern().peers} for f in per_rank]
         for sender, plan in enumerate(plans):
