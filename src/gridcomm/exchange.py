@@ -743,7 +743,7 @@ class HaloExchanger(BoundExchange):
         specs = self._agree_on_fields()  # also views the fields as arrays: self.fields
         self.sources = self.destinations = self.fields  # received halos are written into the fields themselves
         self.xp = array_module(self.fields[0])
-        del self._raw
+        del self._raw, self._decompositions  # a closed exchanger keeps none of the caller's objects
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
         self.layout = Layout.build(self.patterns, specs)
