@@ -108,8 +108,11 @@ class CartesianField:
     @property
     def placement(self) -> str:
         """Where the field's points lie and its halo, in words, e.g. "faces along x, halo ((1, 1), (1, 1))"."""
-        where = f"faces along {axis_names(self.stagger)}" if self.stagger else "cell centres"
-        return f"{where}, halo {self.halo}"
+        return f"{self._kind}, halo {self.halo}"
+
+    @property
+    def _kind(self) -> str:
+        return f"faces along {axis_names(self.stagger)}" if self.stagger else "cell centres"
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -168,10 +171,6 @@ class CartesianField:
                 f"{what} has shape {tuple(a.shape)}, expected {self.local_shape} (interior {self.interior_shape} "
                 f"plus halo {self.halo}; {self._kind}); allocate it with {self._maker}.empty(dtype)"
             )
-
-    @property
-    def _kind(self) -> str:
-        return f"faces along {axis_names(self.stagger)}" if self.stagger else "cell centres"
 
     @property
     def _maker(self) -> str:
