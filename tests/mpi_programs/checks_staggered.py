@@ -12,7 +12,7 @@ transport, in one or two rounds, sometimes in validation mode. Every field must 
 serial reference computes from the global staggered array (tests/mpi_programs/harness.py: face i is the low face
 of cell i; a non-periodic staggered axis has N + 1 faces), and gather and scatter of each field must round-trip.
 
-Environment: GRIDCOMM_PROPERTY_STAGGERED_EXAMPLES (default 300: about 20 s on 8 ranks sharing 2 cores) sets
+Environment: GRIDCOMM_PROPERTY_STAGGERED_EXAMPLES (default 300: about 40 s on 8 ranks sharing 2 busy cores) sets
 max_examples; GRIDCOMM_PROPERTY_RANDOM=1 draws new examples instead of the same ones every run.
 """
 
