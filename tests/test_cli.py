@@ -167,6 +167,21 @@ def test_bench_stencil2d_and_halo_write_results(tmp_path):
     assert payload["machine"]["cpu"] and all(r["floor"]["median_s"] > 0 for r in payload["results"])
 
 
+def test_bench_halo_mixed_times_one_exchange_against_three(tmp_path):
+    """u, v and p of their own halos and staggering: one exchanger against one per field, every host transport;
+    the figures are the machine's to judge, the test checks what was measured."""
+    out = gridcomm("bench", "halo", "--np", "2", "--mixed", "--quick", "--out", str(tmp_path))
+    assert "one exchange against three" in out
+    (path,) = tmp_path.glob("halo-mixed-cpu-2r-*.json")
+    rows = json.loads(path.read_text())["results"]
+    assert [r["n"] for r in rows] == [8, 32]
+    for r in rows:
+        assert r["messages_per_rank"]["three"] == 3 * r["messages_per_rank"]["one"] > 0
+        for name, ways in r["times"].items():
+            assert set(ways) == {"one", "three", "three overlapped"}
+            assert all(w["median_s"] > 0 for w in ways.values()) and r["three_over_one"][name] > 0
+
+
 def test_ranks_share_the_cores_between_their_blas_threads(monkeypatch):
     from gridcomm import launch
 

@@ -23,6 +23,7 @@ CASES = [
     ("jax_step", "jax"),
     ("advection_octahedral", None),
     ("spectral_transform", None),
+    ("shallow_water", None),
 ]
 
 # One thread per rank: 4 ranks share 2 cores here, and torch, XLA and BLAS would otherwise each start a thread per

@@ -48,6 +48,13 @@ def test_unstructured_suite_on_gpu(mpi_checks, nranks):
 
 
 @pytest.mark.parametrize("nranks", RANK_COUNTS)
+def test_staggered_suite_on_gpu(mpi_checks, nranks):
+    """Fields of their own halos and staggering in one exchanger, over every GPU transport, validated."""
+    env = {**VALIDATED, "GRIDCOMM_PROPERTY_STAGGERED_EXAMPLES": "100"}
+    mpi_checks("checks_staggered", nranks, timeout=240, env=env)
+
+
+@pytest.mark.parametrize("nranks", RANK_COUNTS)
 def test_transpose_suite_on_gpu(mpi_checks, nranks):
     """The Transposer's host suite over every GPU transport (both ipc methods), streams, graphs, random cases."""
     mpi_checks("checks_gpu_transpose", nranks, timeout=300, env=ON_GPU)

@@ -107,6 +107,29 @@ def test_unstructured_bad_input_raises_on_every_rank(mpi_checks, nranks):
     mpi_checks("checks_unstructured", nranks, timeout=60, checks=(*UNSTRUCTURED_BAD_INPUT, UNSTRUCTURED_KNOWN_CASE))
 
 
+# -- fields of their own halos and staggering (tests/mpi_programs/checks_staggered.py) ------------------------
+
+STAGGERED_FIXED = tuple(
+    re.findall(r"^def (check_(?!mixed_)\w+)\(", (PROGRAMS / "checks_staggered.py").read_text(), flags=re.MULTILINE)
+)
+
+
+def test_staggered_fields_match_serial_reference(mpi_checks):
+    """8 ranks: hypothesis over random decompositions (1-8 ranks each) with 1-3 fields of random halos (up to the
+    decomposition's), staggering, dtypes, orders and transports in one exchanger, bit for bit against the global
+    staggered arrays; gather and scatter round trips."""
+    mpi_checks("checks_staggered", 8, timeout=300, checks=("check_mixed_fields_match_serial_reference",))
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_staggered_fields_every_transport_and_bad_input(mpi_checks, nranks):
+    """A C-grid's u, v, h over every transport, an unstructured mesh's fields on two row sets, and bad input (a
+    field halo wider than the decomposition's, on one rank or all; an unknown axis; a staggered shape that does not
+    fit; ranks that choose differently; descriptor lists that do not fit): the same error on every rank."""
+    assert len(STAGGERED_FIXED) >= 8, STAGGERED_FIXED
+    mpi_checks("checks_staggered", nranks, timeout=120, checks=STAGGERED_FIXED)
+
+
 # -- a transport per group of peers (tests/mpi_programs/checks_nodes.py) -------------------------------------
 
 
@@ -123,6 +146,7 @@ DETERMINISTIC = {
     "checks_transpose": ("check_alltoallv_every_transport", "check_blocks_split_differently_on_each_side",
                          "check_slab_transposition_rows_to_columns_and_back", "check_boxes_cma_cannot_describe"),
     "checks_unstructured": ("check_o4_equal_regions_two_layers_every_transport",),
+    "checks_staggered": ("check_c_grid_fields_every_transport", "check_unstructured_fields_of_different_row_sets"),
 }  # fmt: skip
 
 

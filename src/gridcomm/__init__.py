@@ -3,7 +3,7 @@
 from . import log as log  # first: the "gridcomm" logger, silent unless GRIDCOMM_LOG or logging configures it
 from ._version import __version__
 from .comm import Communicator
-from .decomp import CartesianDecomposition, UnstructuredDecomposition
+from .decomp import CartesianDecomposition, CartesianField, UnstructuredDecomposition
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -30,6 +30,7 @@ __all__ = [
     "Box",
     "CapturedExchange",
     "CartesianDecomposition",
+    "CartesianField",
     "Communicator",
     "DecompositionError",
     "DeviceError",

@@ -17,11 +17,12 @@ from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
 
-from .agreement import gather_or_raise
+from .agreement import by_value, gather_or_raise
 from .arguments import environment_flag
 from .arrays import array_list, array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
 from .comm import Communicator
 from .errors import (
+    ArgumentError,
     ArgumentTypeError,
     FieldError,
     GridcommError,
@@ -30,8 +31,9 @@ from .errors import (
     TransportError,
 )
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
+from .packing.copy import pairs_directly
 from .packing.cuda import CudaPacker
-from .pattern import Pattern, PeerPlan
+from .pattern import FieldPatterns
 from .timeouts import check_on_timeout, check_timeout, give_up
 from .transports import (
     REACHES,
@@ -199,16 +201,16 @@ def _instance(transport: str | Transport) -> Transport:
     return transport if isinstance(transport, Transport) else kind(transport)()
 
 
-def _peers_by_reach(comm: Communicator, peers: Sequence[PeerPlan]) -> dict[str, list[PeerPlan]]:
-    """Collective: ``peers`` by how they are reached: every one ("all") where the ranks share one node, else those
-    on this rank's node ("node") and the others ("network"), each group kept where any rank has peers in it (the
-    same groups on every rank: binding a transport is collective)."""
+def _peers_by_reach(comm: Communicator, peers: Sequence[int]) -> dict[str, list[int]]:
+    """Collective: the ranks ``peers`` by how they are reached: every one ("all") where the ranks share one node,
+    else those on this rank's node ("node") and the others ("network"), each group kept where any rank has peers
+    in it (the same groups on every rank: binding a transport is collective)."""
     nodes = comm.nodes
     if len(set(nodes)) == 1:
         return {"all": list(peers)}
     mine = {
-        "node": [p for p in peers if nodes[p.rank] == nodes[comm.rank]],
-        "network": [p for p in peers if nodes[p.rank] != nodes[comm.rank]],
+        "node": [p for p in peers if nodes[p] == nodes[comm.rank]],
+        "network": [p for p in peers if nodes[p] != nodes[comm.rank]],
     }
     present = comm.mpi.allgather([bool(mine[reach]) for reach in REACHES])
     return {reach: mine[reach] for k, reach in enumerate(REACHES) if any(p[k] for p in present)}
@@ -220,10 +222,11 @@ class BoundExchange:
 
     Sends are read from ``sources`` and receives written into ``destinations`` (field i of one into field i
     of the other; the same list for a halo exchange). What a rank sends itself is copied source box to
-    destination box while the messages are in flight. A subclass's constructor sets ``comm``, ``sources``,
-    ``destinations``, ``on_device``, ``transport`` and ``xp``, says what fits in ``_check_fields``, then runs
-    ``_agree_on_fields``, the pattern's ``check_matches_peers``, ``_split_own``, ``Layout.build``, ``_bind``
-    and ``_ready``: each collective step raises on every rank if any rank found a problem.
+    destination box while the messages are in flight. Each field moves by its own pattern (``FieldPatterns``:
+    one per field, shared by the fields of one decomposition). A subclass's constructor sets ``comm``,
+    ``sources``, ``destinations``, ``on_device``, ``transport`` and ``xp``, says what fits in ``_check_fields``,
+    then runs ``_split_own``, ``_agree_on_fields``, the patterns' ``check_matches_peers``, ``Layout.build``,
+    ``_bind_transports`` and ``_ready``: each collective step raises on every rank if any rank found a problem.
     """
 
     #: How a timeout names one run of this kind, e.g. "halo exchange #3 (...)".
@@ -236,6 +239,7 @@ class BoundExchange:
     _align: ClassVar[str] = "segment"
 
     comm: Communicator
+    patterns: FieldPatterns
     sources: list[Any]
     destinations: list[Any]
     on_device: bool
@@ -285,26 +289,22 @@ class BoundExchange:
             specs.append(FieldSpec(np.dtype(local[i][0]), "C" if "C" in common else "F", local[i][2]))
         return specs
 
-    def _split_own(self, full: Pattern) -> None:
-        """``self.pattern``: ``full`` without what this rank sends itself, which goes to ``self._own`` (or None)."""
+    def _split_own(self, full: FieldPatterns) -> None:
+        """``self.patterns``: ``full`` without what this rank sends itself, which goes to ``self._own`` (each
+        field's plan; None where no field sends this rank anything) and ``self._own_patterns``."""
         rank = self.comm.rank
-        self.pattern = Pattern(
-            full.local_shape, tuple(p for p in full.peers if p.rank != rank), full.trailing_axes, full.recv_shape
-        )
-        self._own: PeerPlan | None = next((p for p in full.peers if p.rank == rank), None)
+        self.patterns = full.restricted(r for r in full.ranks if r != rank)
+        self._own = full.plans(rank) if rank in full.ranks else None
+        self._own_patterns = full.restricted([rank])
 
     def _own_layout(self) -> Layout | None:
         """The layout of what this rank sends itself when the GPU kernels (or the ipc copies) can copy it source
-        to destination in the same launch as the rest: on the GPU, when its boxes pair one to one with equal
-        extents (a periodic wrap, a transposition's diagonal block). Otherwise None: it is copied through
+        to destination in the same launch as the rest: on the GPU, when every field's boxes pair one to one with
+        equal extents (a periodic wrap, a transposition's diagonal block). Otherwise None: it is copied through
         ``local_copies``."""
-        own = self._own
-        if own is None or not self.on_device:
+        if self._own is None or not self.on_device or not all(map(pairs_directly, self._own)):
             return None
-        if len(own.send) != len(own.recv) or any(s.shape != r.shape for s, r in zip(own.send, own.recv, strict=True)):
-            return None
-        alone = Pattern(self.pattern.local_shape, (own,), recv_shape=self.pattern.recv_shape)
-        return Layout.build(alone, self.layout.fields)
+        return Layout.build(self._own_patterns, self.layout.fields)
 
     def _first_choice(self, transport: str | Transport | Mapping[str, Any]) -> Transport | None:
         """Collective: the transport a single named or configured one is, checked usable for every peer here
@@ -327,18 +327,18 @@ class BoundExchange:
             local_copies(self._own, specs, self.sources, self.destinations, self.xp) if copied else []
         )
         # Bytes copied outside the transports' kernels from this rank to itself per exchange.
-        own_items = self._own.recv_size if copied else 0
-        self.local_copy_nbytes = sum(own_items * spec.row_items * spec.dtype.itemsize for spec in specs)
+        items = [plan.recv_size for plan in self._own] if copied else [0] * len(specs)
+        self.local_copy_nbytes = sum(n * s.row_items * s.dtype.itemsize for n, s in zip(items, specs, strict=True))
         wanted = transport if isinstance(transport, Mapping) else None
         if wanted is None and transport != "auto":
-            reaches = {"all": list(self.pattern.peers)}
+            reaches = {"all": list(self.patterns.ranks)}
         else:
             # No rank has a peer (one rank, or only blocks of its own): one group of none, bound as before.
-            reaches = _peers_by_reach(self.comm, self.pattern.peers) or {"all": []}
+            reaches = _peers_by_reach(self.comm, self.patterns.ranks) or {"all": []}
         self._groups: list[_Group] = []
         reasons = []
         for k, (reach, peers) in enumerate(reaches.items()):
-            sub = Pattern(self.pattern.local_shape, tuple(peers), self.pattern.trailing_axes, self.pattern.recv_shape)
+            sub = self.patterns.restricted(peers)
             group = _Group(reach, Layout.build(sub, specs, self._align), self.tag + 4 * k, own if k == 0 else None)
             asked = transport if wanted is None else wanted.get("node" if reach == "all" else reach, "auto")
             why = self._bind_group(group, asked)
@@ -348,9 +348,7 @@ class BoundExchange:
         if len(parts) > 1 and len({requested(t) for t in parts}) == 1:  # one transport for every group: one group
             for group in self._groups:
                 group.close()
-            whole = Pattern(self.pattern.local_shape, self.pattern.peers, self.pattern.trailing_axes,
-                            self.pattern.recv_shape)  # fmt: skip
-            self._groups = [_Group("all", Layout.build(whole, specs, self._align), self.tag, own, parts[0])]
+            self._groups = [_Group("all", Layout.build(self.patterns, specs, self._align), self.tag, own, parts[0])]
             self._open(self._groups[0])
             parts = parts[:1]
         self.transport = parts[0] if len(parts) == 1 else Mixed(parts)
@@ -478,7 +476,7 @@ class BoundExchange:
 
     def _ready(self) -> None:
         """The state of a bound exchange with nothing in flight."""
-        plans = [*self.pattern.peers, *([self._own] if self._own is not None else [])]
+        plans = [*map(self.patterns.plans, self.patterns.ranks), *([self._own] if self._own is not None else [])]
         self._validator = (
             ExchangeValidator(
                 self.comm, plans, self.sources, self.destinations, self.layout.fields, self.xp, self.tag + 3
@@ -725,8 +723,11 @@ class HaloExchanger(BoundExchange):
     once, so that an exchange allocates nothing.
 
     Args:
-        decomposition: anything with ``comm`` and ``pattern()``, e.g. a CartesianDecomposition.
-        fields: one array or a sequence of arrays, each of the decomposition's local shape (with halo);
+        decomposition: anything with ``comm`` and ``pattern()``, e.g. a CartesianDecomposition; or a sequence
+            of them, one per field, on one communicator: fields of their own halos or staggering
+            (``decomposition.field(halo=..., stagger=...)``), or an unstructured mesh's fields on different
+            row sets. Every field's part of a message to a peer still travels in that one message.
+        fields: one array or a sequence of arrays, each of its decomposition's local shape (with halo);
             dtypes and C/Fortran orders may differ between fields. NumPy, CuPy or any DLPack array.
         transport: ``"auto"``, a transport name (``gridcomm.transports.names()``), a configured Transport, or
             ``{"node": ..., "network": ...}``: the transport of the peers on this rank's node and of the others
@@ -752,50 +753,59 @@ class HaloExchanger(BoundExchange):
         on_timeout: str | None = None,
         validate: bool | None = None,
     ) -> None:
-        self.comm = getattr(decomposition, "comm", None)
-        if not isinstance(self.comm, Communicator) or not callable(getattr(decomposition, "pattern", None)):
-            raise ArgumentTypeError(
-                f"decomposition is a {type(decomposition).__name__}; pass a CartesianDecomposition or an "
-                "UnstructuredDecomposition (anything with a gridcomm Communicator .comm and .pattern())"
-            )
+        self._decompositions = _decomposition_list(decomposition)
+        self.comm = self._decompositions[0].comm
         self.comm.rendezvous("HaloExchanger()")
-        full = decomposition.pattern()
+        self._agree_on_arguments(fields, transport, (timeout, on_timeout, validate))
+        full = self._field_patterns()
         # What a rank sends itself (periodic wrap over one rank) is copied field to field, not sent.
         self._split_own(full)
-        self._agree_on_arguments(decomposition, fields, transport, (timeout, on_timeout, validate))
         self.transport = self._first_choice(transport)
         specs = self._agree_on_fields()  # also views the fields as arrays: self.fields
         self.sources = self.destinations = self.fields  # received halos are written into the fields themselves
         self.xp = array_module(self.fields[0])
-        del self._raw
+        del self._raw, self._decompositions  # a closed exchanger keeps none of the caller's objects
         full.check_bounds()
         full.check_matches_peers(self.comm.mpi)
-        self.layout = Layout.build(self.pattern, specs)
+        self.layout = Layout.build(self.patterns, specs)
         self.tag = self.comm.new_tag()
         self._bind_transports(transport)
         self._ready()
 
-    def _agree_on_arguments(self, decomposition: Any, fields: Any, transport: Any, options: tuple[Any, ...]) -> None:
-        """Collective: the local checks of the field list, the transport's name and the options, then that every
-        rank passes fields in the same memory, asks for the same transport and built the same decomposition (as
-        far as its ``signature`` tells, if it has one). Every rank raises if any rank found a problem."""
+    def _per_field(self) -> list[Any]:
+        """The decomposition of each field (one given for all: that one for each)."""
+        given = self._decompositions
+        return given * len(self._raw) if len(given) == 1 else list(given)
+
+    def _field_patterns(self) -> FieldPatterns:
+        """Each field's pattern, one Pattern per decomposition given (fields of one decomposition share it)."""
+        made: dict[int, Any] = {}
+        for d in self._decompositions:
+            made.setdefault(id(d), d.pattern())
+        return FieldPatterns(tuple(made[id(d)] for d in self._per_field()))
+
+    def _agree_on_arguments(self, fields: Any, transport: Any, options: tuple[Any, ...]) -> None:
+        """Collective: the local checks of the field list (one decomposition, or one per field), the transport's
+        name and the options, then that every rank passes fields in the same memory, asks for the same transport
+        and built the same decomposition of each field (as far as its ``signature`` tells, if it has one). Every
+        rank raises if any rank found a problem."""
         try:
             self._raw, asked = self._field_list(fields), requested(transport)
+            if len(self._decompositions) not in (1, len(self._raw)):
+                raise ArgumentError(
+                    f"{len(self._decompositions)} decompositions for {len(self._raw)} fields; pass one decomposition "
+                    "for every field, or one per field in the order of the fields"
+                )
             self._set_options(*options)
-            problem = None
+            signatures, problem = tuple(getattr(d, "signature", None) for d in self._per_field()), None
         except Exception as error:  # whatever it is, every rank must hear of it (or the others would wait)
-            self._raw, asked, problem = [], None, error
+            self._raw, asked, signatures, problem = [], None, None, error
         self.on_device = bool(self._raw) and is_device_array(self._raw[0])
-        mine = (self.on_device, asked, getattr(decomposition, "signature", None))
-        everyone = gather_or_raise(self.comm.mpi, mine, problem, "arguments")
+        everyone = gather_or_raise(self.comm.mpi, (self.on_device, asked, signatures), problem, "arguments")
         on_device, transports, decompositions = zip(*everyone, strict=True)
         check_same_memory(on_device)
         check_same_transport(transports)
-        if len(set(decompositions)) > 1:
-            raise PatternError(
-                f"ranks built different decompositions ({dict(enumerate(decompositions))}); build it with the same "
-                "arguments on every rank"
-            )
+        check_same_decompositions(decompositions)
 
     @staticmethod
     def _field_list(fields: Any) -> list[Any]:
@@ -818,14 +828,55 @@ class HaloExchanger(BoundExchange):
         """(dtype, memory orders it can be read in, trailing shape) of field ``i``; FieldError if it does not fit."""
         what = f"field {i}"
         dtype = check_dtype(f.dtype, what)
-        shape, expected = tuple(f.shape), self.pattern.local_shape
-        fits = shape[: len(expected)] == expected if self.pattern.trailing_axes else shape == expected
+        pattern = self.patterns.patterns[i]
+        shape, expected = tuple(f.shape), pattern.local_shape
+        fits = shape[: len(expected)] == expected if pattern.trailing_axes else shape == expected
         if not fits:
-            more = " followed by any trailing axes (e.g. levels)" if self.pattern.trailing_axes else ""
+            more = " followed by any trailing axes (e.g. levels)" if pattern.trailing_axes else ""
+            where = self._per_field()[i]
             raise FieldError(
-                f"{what} has shape {shape} on rank {self.comm.rank}, but the decomposition's local arrays there "
-                f"are {expected}{more}; allocate fields with decomposition.empty(dtype) / zeros(dtype)"
+                f"{what} has shape {shape} on rank {self.comm.rank}, but its decomposition's local arrays there "
+                f"are {expected}{more} ({getattr(where, 'placement', 'every field of the decomposition')}); "
+                "allocate it with that decomposition's empty(dtype) / zeros(dtype)"
             )
         memory_order(f, what)  # raises for a strided view
         check_writable(self._raw[i], f, what, "received halos")
         return dtype.str, _compatible_orders(f), shape[len(expected) :]
+
+
+def _decomposition_list(decomposition: Any) -> list[Any]:
+    """``decomposition`` (one, or a sequence of them: one per field) as a list, every one with a ``pattern()``
+    and the same gridcomm Communicator; ArgumentTypeError or ArgumentError otherwise. Local."""
+    if isinstance(decomposition, Sequence) and not isinstance(decomposition, str | bytes):
+        given = list(decomposition)
+        if not given:
+            raise ArgumentError("decomposition is an empty sequence; pass one decomposition, or one per field")
+    else:
+        given = [decomposition]
+    for d in given:
+        if not isinstance(getattr(d, "comm", None), Communicator) or not callable(getattr(d, "pattern", None)):
+            raise ArgumentTypeError(
+                f"decomposition is a {type(d).__name__}; pass a CartesianDecomposition, a field of one "
+                "(decomposition.field(...)) or an UnstructuredDecomposition (anything with a gridcomm Communicator "
+                ".comm and .pattern()), or a sequence of them, one per field"
+            )
+    if len({id(d.comm) for d in given}) > 1:
+        raise ArgumentError(
+            "the fields' decompositions are built on different communicators; build every one on the same "
+            "communicator (or its fields with decomposition.field(...))"
+        )
+    return given
+
+
+def check_same_decompositions(signatures: Sequence[tuple[Any, ...]]) -> None:
+    """PatternError unless every rank built the same decomposition of each field (``signatures``: each rank's
+    signature of each field's decomposition, in rank order). Ranks that pass different numbers of fields are
+    left to the check of the fields."""
+    if len({len(per_field) for per_field in signatures}) > 1:
+        return
+    for i, differ in enumerate(zip(*signatures, strict=True)):
+        if len(set(differ)) > 1:
+            raise PatternError(
+                f"ranks built different decompositions of field {i} ({by_value(differ)}); build each field's "
+                "decomposition with the same arguments on every rank"
+            )

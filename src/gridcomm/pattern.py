@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -122,20 +124,84 @@ class Pattern:
         Each rank tells each rank how many elements (per field) it will send it; the receiver compares that
         with what it expects to receive.
         """
-        size = mpi_comm.Get_size()
-        sends = np.zeros(size, dtype=np.int64)
-        expected = np.zeros(size, dtype=np.int64)
-        for peer in self.peers:
-            sends[peer.rank] = peer.send_size
-            expected[peer.rank] = peer.recv_size
-        incoming = np.zeros(size, dtype=np.int64)
-        mpi_comm.Alltoall(sends, incoming)
-        bad = [(int(r), int(incoming[r]), int(expected[r])) for r in np.nonzero(incoming != expected)[0]]
-        all_bad = mpi_comm.allgather(bad)
-        problems = [
-            f"rank {src} sends {n} elements per field to rank {dst}, which expects {m}"
-            for dst, rows in enumerate(all_bad)
-            for src, n, m in rows
-        ]
-        if problems:
-            raise PatternError("ranks disagree on the exchange: " + "; ".join(problems[:8]))
+        _check_sizes(mpi_comm, [self], ["per field"])
+
+
+@dataclass(frozen=True)
+class FieldPatterns:
+    """The patterns of an exchange's fields, one per field: field i moves by ``patterns[i]``.
+
+    The fields of one decomposition share its one pattern (the same object, once per field); fields of
+    different halos or staggering, or an unstructured mesh's fields on different row sets, each bring their
+    own. Whatever field i sends a peer, and then field i + 1, travels in one message per peer.
+    """
+
+    patterns: tuple[Pattern, ...]
+
+    @classmethod
+    def uniform(cls, pattern: Pattern, fields: int) -> FieldPatterns:
+        """``pattern`` for each of ``fields`` fields."""
+        return cls((pattern,) * fields)
+
+    @cached_property
+    def _plans(self) -> tuple[dict[int, PeerPlan], ...]:
+        return tuple({plan.rank: plan for plan in pattern.peers} for pattern in self.patterns)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every rank some field exchanges with, ascending."""
+        return tuple(sorted(set().union(*self._plans)))
+
+    def plans(self, rank: int) -> tuple[PeerPlan, ...]:
+        """What each field exchanges with ``rank``: its plan, or an empty one where it exchanges nothing."""
+        return tuple(plans.get(rank, PeerPlan(rank, (), ())) for plans in self._plans)
+
+    def restricted(self, ranks: Iterable[int]) -> FieldPatterns:
+        """These patterns with only the peers in ``ranks`` (patterns shared between fields stay shared)."""
+        keep, made = set(ranks), {}
+        for pattern in self.patterns:
+            if id(pattern) not in made:
+                peers = tuple(p for p in pattern.peers if p.rank in keep)
+                made[id(pattern)] = Pattern(pattern.local_shape, peers, pattern.trailing_axes, pattern.recv_shape)
+        return FieldPatterns(tuple(made[id(p)] for p in self.patterns))
+
+    def _distinct(self) -> list[Pattern]:
+        """The patterns, each once (the fields of one decomposition share one)."""
+        return list({id(p): p for p in self.patterns}.values())
+
+    def check_bounds(self) -> None:
+        """``Pattern.check_bounds`` of every field's pattern."""
+        for pattern in self._distinct():
+            pattern.check_bounds()
+
+    def check_matches_peers(self, mpi_comm) -> None:
+        """Collective: raise PatternError on every rank if some pair of ranks disagrees on the size of some
+        field's part of a message (in one all-to-all, however many patterns there are)."""
+        distinct = self._distinct()
+        if len(distinct) == 1:
+            _check_sizes(mpi_comm, distinct, ["per field"])
+            return
+        _check_sizes(mpi_comm, list(self.patterns), [f"of field {i}" for i in range(len(self.patterns))])
+
+
+def _check_sizes(mpi_comm, patterns: Sequence[Pattern], what: Sequence[str]) -> None:
+    """Collective: PatternError on every rank unless every rank expects from each peer, for every pattern, the
+    elements that peer sends it (``what`` names each pattern's elements in the message, e.g. "per field")."""
+    size, count = mpi_comm.Get_size(), len(patterns)
+    sends = np.zeros((size, count), dtype=np.int64)
+    expected = np.zeros((size, count), dtype=np.int64)
+    for k, pattern in enumerate(patterns):
+        for peer in pattern.peers:
+            sends[peer.rank, k] = peer.send_size
+            expected[peer.rank, k] = peer.recv_size
+    incoming = np.zeros((size, count), dtype=np.int64)
+    mpi_comm.Alltoall(sends, incoming)
+    bad = [(int(r), int(k), int(incoming[r, k]), int(expected[r, k])) for r, k in np.argwhere(incoming != expected)]
+    all_bad = mpi_comm.allgather(bad)
+    problems = [
+        f"rank {src} sends {n} elements {what[k]} to rank {dst}, which expects {m}"
+        for dst, rows in enumerate(all_bad)
+        for src, k, n, m in rows
+    ]
+    if problems:
+        raise PatternError("ranks disagree on the exchange: " + "; ".join(problems[:8]))

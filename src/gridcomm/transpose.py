@@ -31,7 +31,7 @@ from .exchange import (
     on_device_alike,
 )
 from .packing import FieldSpec, Layout, run_grid
-from .pattern import Box, Pattern, PeerPlan
+from .pattern import Box, FieldPatterns, Pattern, PeerPlan
 from .slabs import Redistribution, redistribution
 from .transports import Transport, kind, names, requested
 
@@ -229,8 +229,9 @@ class Transposer(BoundExchange):
         full = self._full
         full.check_matches_peers(self.comm.mpi)
         self._fall_back_unless_runs(transport)
-        self._split_own(full)
-        self.layout = Layout.build(self.pattern, specs, align=self._align)
+        self.pattern = full  # every field moves by it
+        self._split_own(FieldPatterns.uniform(full, len(specs)))
+        self.layout = Layout.build(self.patterns, specs, align=self._align)
         self.tag = self.comm.new_tag()
         self._bind_transports(transport)  # auto: ipc needs each block to land in a box of its extents
         self._ready()
@@ -512,8 +513,7 @@ class Transposer(BoundExchange):
     @property
     def elements_per_exchange(self) -> tuple[int, int]:
         """(elements sent, elements received) per field by this rank per exchange, its own block included."""
-        own = [] if self._own is None else [self._own]
-        peers = list(self.pattern.peers) + own
+        peers = self.pattern.peers  # this rank's own block included
         return sum(p.send_size for p in peers), sum(p.recv_size for p in peers)
 
     def __repr__(self) -> str:

@@ -61,7 +61,8 @@ class ExchangeValidator:
 
     Args:
         comm: the exchanger's Communicator.
-        plans: every peer plan of the exchange, this rank's own (a periodic wrap, a diagonal block) included.
+        plans: per peer of the exchange, this rank itself (a periodic wrap, a diagonal block) included, each
+            field's plan (``FieldPatterns.plans``).
         sources, destinations: the arrays sends are read from and receives written into (field i to field i).
         specs: the fields' FieldSpecs (memory order: the order elements travel in).
         xp: NumPy or CuPy.
@@ -71,7 +72,7 @@ class ExchangeValidator:
     def __init__(
         self,
         comm: Any,
-        plans: Sequence[PeerPlan],
+        plans: Sequence[Sequence[PeerPlan]],
         sources: Sequence[Any],
         destinations: Sequence[Any],
         specs: Sequence[FieldSpec],
@@ -98,19 +99,18 @@ class ExchangeValidator:
             parts.append(array[index].ravel(order=order))
         return self._xp.concatenate(parts) if parts else self._xp.empty(0, array.dtype)
 
-    def _blocks(self, plan: PeerPlan, side: str) -> list[int]:
-        """Checksum blocks per field of ``plan``'s send or recv side. Blocks run across selections: a receiver
-        may cut a transposition's block into other boxes than its sender."""
-        size = plan.send_size if side == "send" else plan.recv_size
-        return [-(-(size * spec.row_items) // BLOCK_ITEMS) for spec in self._specs]
+    def _blocks(self, plans: Sequence[PeerPlan], side: str) -> list[int]:
+        """Checksum blocks per field of the send or recv side of ``plans`` (one per field). Blocks run across
+        selections: a receiver may cut a transposition's block into other boxes than its sender."""
+        sizes = [plan.send_size if side == "send" else plan.recv_size for plan in plans]
+        return [-(-(size * spec.row_items) // BLOCK_ITEMS) for size, spec in zip(sizes, self._specs, strict=True)]
 
-    def _checksums(self, arrays: Sequence[Any], plan: PeerPlan, side: str) -> np.ndarray:
-        """Host array (blocks, 2) of the checksums of ``plan``'s send or recv side, field after field."""
+    def _checksums(self, arrays: Sequence[Any], plans: Sequence[PeerPlan], side: str) -> np.ndarray:
+        """Host array (blocks, 2) of the checksums of the send or recv side of ``plans``, field after field."""
         xp = self._xp
-        selections = plan.send if side == "send" else plan.recv
         sums = [
-            block_checksums(self._values(array, selections, spec.order), xp)
-            for array, spec in zip(arrays, self._specs, strict=True)
+            block_checksums(self._values(array, plan.send if side == "send" else plan.recv, spec.order), xp)
+            for array, plan, spec in zip(arrays, plans, self._specs, strict=True)
         ]
         joined = xp.concatenate(sums) if sums else xp.empty((0, 2), xp.uint64)
         return np.ascontiguousarray(joined.get() if hasattr(joined, "get") else joined)
@@ -120,38 +120,40 @@ class ExchangeValidator:
         with _current(stream):
             mpi, me = self._comm.mpi, self._comm.rank
             self._requests, self._expected, self._sent = [], {}, []
-            for plan in self._plans:
-                if plan.rank == me:
-                    self._expected[me] = self._checksums(self._sources, plan, "send")
+            for plans in self._plans:
+                peer = plans[0].rank
+                if peer == me:
+                    self._expected[me] = self._checksums(self._sources, plans, "send")
                     continue
-                expected = np.empty((sum(self._blocks(plan, "recv")), 2), dtype=np.uint64)
-                self._expected[plan.rank] = expected
-                sent = self._checksums(self._sources, plan, "send")
+                expected = np.empty((sum(self._blocks(plans, "recv")), 2), dtype=np.uint64)
+                self._expected[peer] = expected
+                sent = self._checksums(self._sources, plans, "send")
                 self._sent.append(sent)  # must live until its send completes
-                self._requests += [mpi.Irecv(expected, plan.rank, self._tag), mpi.Isend(sent, plan.rank, self._tag)]
+                self._requests += [mpi.Irecv(expected, peer, self._tag), mpi.Isend(sent, peer, self._tag)]
 
     def check(self, timeout: float, operation: str, stream: Any = None) -> None:
         """After the exchange: compare the destinations' checksums with the peers'; ValidationError on a mismatch."""
         from mpi4py import MPI
 
-        peers = [p.rank for p in self._plans if p.rank != self._comm.rank]
+        peers = [plans[0].rank for plans in self._plans if plans[0].rank != self._comm.rank]
         poll_until(
             lambda: MPI.Request.Testall(self._requests),
             timeout,
             lambda elapsed: GridcommTimeout(f"{operation} (validation checksums)", self._comm.rank, peers, elapsed),
         )
         with _current(stream):
-            for plan in self._plans:
-                found = self._checksums(self._destinations, plan, "recv")
-                bad = np.nonzero((found != self._expected[plan.rank]).any(axis=1))[0]
+            for plans in self._plans:
+                found = self._checksums(self._destinations, plans, "recv")
+                bad = np.nonzero((found != self._expected[plans[0].rank]).any(axis=1))[0]
                 if len(bad):
-                    raise ValidationError(self._describe(plan, int(bad[0]), len(bad), operation))
+                    raise ValidationError(self._describe(plans, int(bad[0]), len(bad), operation))
 
-    def _describe(self, plan: PeerPlan, block: int, count: int, operation: str) -> str:
-        """Which field, peer and elements checksum block number ``block`` of ``plan``'s receive side covers."""
-        for field, blocks in enumerate(self._blocks(plan, "recv")):
+    def _describe(self, plans: Sequence[PeerPlan], block: int, count: int, operation: str) -> str:
+        """Which field, peer and elements checksum block number ``block`` of the receive side of ``plans`` (one
+        per field) covers."""
+        for field, blocks in enumerate(self._blocks(plans, "recv")):
             if block < blocks:
-                spec = self._specs[field]
+                spec, plan = self._specs[field], plans[field]
                 first = block * BLOCK_ITEMS
                 last = min(first + BLOCK_ITEMS, plan.recv_size * spec.row_items) - 1
                 source = "this rank itself" if plan.rank == self._comm.rank else f"rank {plan.rank}"

@@ -49,9 +49,12 @@ from harness import (
     cell_bytes,
     describe_mismatch,
     expected_cells,
+    local_with_halo,
     local_with_sentinel,
     polite_barrier,
     random_global,
+    staggered_owned_slices,
+    staggered_shape,
 )
 from mpi4py import MPI
 
@@ -424,6 +427,33 @@ class Structured(Workload):
         return "; ".join(p for p in problems if p) or None
 
 
+class Staggered(Structured):
+    """The structured grid's fields of their own halos and staggering in one exchanger: one on the y faces (the
+    bounded axis: one more face than cells), one at cell centres with a narrower halo."""
+
+    kind = "staggered"
+    FIELDS = (("f8", (1,), ((1, 0), (1, 1), (0, 1))), ("i2", (), ((0, 1), (1, 0), (1, 1))))
+
+    def __init__(self, comm: Any) -> None:
+        size = comm.Get_size()
+        self.d = d = CartesianDecomposition(comm, (2 * size + 4, 5, 3), halo=1, periodic=(True, False, True))
+        self.kinds = [d.field(halo=halo, stagger=stagger) for _, stagger, halo in self.FIELDS]
+        self.owned = [staggered_owned_slices(d.global_shape, d.proc_grid, d.coords, d.periodic, stagger)
+                      for _, stagger, _ in self.FIELDS]  # fmt: skip
+        shapes = [staggered_shape(d.global_shape, d.periodic, stagger) for _, stagger, _ in self.FIELDS]
+        self.globals = [random_global(shape, dtype, seed) for seed, (shape, (dtype, _, _)) in
+                        enumerate(zip(shapes, self.FIELDS, strict=True))]  # fmt: skip
+        self.expected = [expected_cells(g, o, halo, d.periodic, d.stencil)
+                         for g, o, (_, _, halo) in zip(self.globals, self.owned, self.FIELDS, strict=True)]  # fmt: skip
+
+    def fresh(self) -> list[np.ndarray]:
+        return [local_with_halo(o, halo, g, order) for o, (_, _, halo), g, order in
+                zip(self.owned, self.FIELDS, self.globals, "CF", strict=True)]  # fmt: skip
+
+    def build(self, arrays: list[np.ndarray], transport: Any) -> Any:
+        return HaloExchanger(self.kinds, arrays, transport)
+
+
 class Unstructured(Workload):
     """A ring of ids: rank r owns 8 of them, handed over in reverse, and keeps copies of the first two of the
     next rank and the last two of the previous one (none on one rank); one field with 3 levels."""
@@ -558,9 +588,10 @@ def check_the_mpi_object_probe_counts_a_leak(comm):
 
 
 def check_exchangers_leak_nothing(comm):
-    """CYCLES HaloExchangers, structured and unstructured, over every transport of harness.TRANSPORTS, half
+    """CYCLES HaloExchangers, structured (one decomposition, and fields of their own halos and staggering) and
+    unstructured, over every transport of harness.TRANSPORTS, half
     closed by a with block and half by close()."""
-    plan = plan_of([Structured(comm), Unstructured(comm)], TRANSPORTS)
+    plan = plan_of([Structured(comm), Staggered(comm), Unstructured(comm)], TRANSPORTS)
     measure_cycles(comm, f"{CYCLES} HaloExchangers", plan)
 
 
@@ -574,7 +605,7 @@ def check_closed_objects_hold_no_buffers(comm):
     """close() frees everything even while the object is still referenced: a closed exchanger or transposer
     holds no buffer (message buffers, iovec tables, device memory, pinned memory, CUDA events) but the user's
     arrays. One object per workload and transport. (tests/test_hygiene.py runs this apart from the others.)"""
-    plan = plan_of([Structured(comm), Unstructured(comm)], TRANSPORTS)
+    plan = plan_of([Structured(comm), Staggered(comm), Unstructured(comm)], TRANSPORTS)
     plan += plan_of([Transposition(comm)], {**TRANSPORTS, **BOX_TRANSPORTS})
     problems = []
     for workload, name, transport, closing in plan:

@@ -269,6 +269,36 @@ def owned_slices(global_shape, proc_grid, coords) -> tuple[slice, ...]:
     return tuple(slice(*block_partition(n, p)[c]) for n, p, c in zip(global_shape, proc_grid, coords, strict=True))
 
 
+def staggered_shape(global_shape, periodic, stagger) -> tuple[int, ...]:
+    """The global grid of a field staggered along the axes ``stagger``: one more face than cells along each such
+    axis that is not periodic (faces 0..N), as many where it is (face N is face 0)."""
+    return tuple(n + (k in stagger and not periodic[k]) for k, n in enumerate(global_shape))
+
+
+def staggered_owned_slices(global_shape, proc_grid, coords, periodic, stagger) -> tuple[slice, ...]:
+    """The points of the global staggered grid a rank owns, from the documented convention: face i is the low face
+    of cell i and belongs to its cell's rank; the last block of a non-periodic staggered axis owns face N too."""
+    owned = owned_slices(global_shape, proc_grid, coords)
+    return tuple(
+        slice(s.start, s.stop + (k in stagger and not periodic[k] and c == p - 1))
+        for k, (s, p, c) in enumerate(zip(owned, proc_grid, coords, strict=True))
+    )
+
+
+def local_with_halo(
+    owned: Sequence[slice], halo: Sequence[tuple[int, int]], global_array: np.ndarray, order: str = "C"
+):
+    """A local array of the shape the reference works out (the owned points plus ``halo``): the owned part of
+    ``global_array`` inside, sentinel bytes in the halo."""
+    shape = tuple(s.stop - s.start + lo + hi for s, (lo, hi) in zip(owned, halo, strict=True))
+    local = np.empty(shape, dtype=global_array.dtype, order=order)
+    cells = cell_bytes(local)
+    cells[...] = SENTINEL_BYTE
+    inside = tuple(slice(lo, lo + s.stop - s.start) for s, (lo, _) in zip(owned, halo, strict=True))
+    cells[inside] = cell_bytes(global_array)[tuple(owned)]
+    return local
+
+
 def expected_cells(
     global_array: np.ndarray,
     owned: Sequence[slice],

@@ -10,10 +10,10 @@ from typing import Any, Literal
 import numpy as np
 
 from ..arguments import entries, is_whole_number
-from ..arrays import check_dtype, check_order, resolve_array_module, to_host, view_buffer
 from ..comm import Communicator
-from ..errors import ArgumentTypeError, DecompositionError, FieldError
-from ..pattern import Box, Pattern, PeerPlan
+from ..errors import ArgumentTypeError, DecompositionError
+from ..pattern import Pattern
+from .field import CartesianField, StaggerSpec, check_field_halo, normalise_stagger
 from .procgrid import block_sizes, choose_proc_grid
 
 HaloSpec = int | Sequence[int | tuple[int, int]]
@@ -106,9 +106,11 @@ class CartesianDecomposition:
             problem = error
         self.comm.agree("CartesianDecomposition()", None if problem else self.parameters, problem)
         self.coords = self.coords_of(self.comm.rank)
-        self.interior_shape = tuple(s[c] for s, c in zip(self.sizes, self.coords, strict=True))
-        self.local_shape = tuple(n + lo + hi for n, (lo, hi) in zip(self.interior_shape, self.halo, strict=True))
-        self.global_slices = self.global_slices_of(self.comm.rank)
+        # The decomposition's own fields: cell-centred, with its halo (what every method below works on).
+        self._cells = CartesianField(self, self.halo, ())
+        self.interior_shape = self._cells.interior_shape
+        self.local_shape = self._cells.local_shape
+        self.global_slices = self._cells.global_slices
 
     def _lay_out(self, global_shape: Any, halo: HaloSpec, periodic: Any, proc_grid: Any, stencil: Any) -> None:
         """The arguments checked, and the process grid and block sizes they give (local)."""
@@ -206,37 +208,58 @@ class CartesianDecomposition:
             slices.append(slice(start, start + sizes[c]))
         return tuple(slices)
 
-    # -- local arrays -----------------------------------------------------------------------------------
+    def neighbour_offsets(self) -> list[tuple[int, ...]]:
+        """Directions to exchange with: every non-zero offset in {-1, 0, 1}^ndim ("box"), or only those along
+        one axis ("star"), in lexicographic order."""
+        offsets = [d for d in itertools.product((-1, 0, 1), repeat=self.ndim) if any(d)]
+        if self.stencil == "star":
+            offsets = [d for d in offsets if sum(map(abs, d)) == 1]
+        return offsets
 
-    def empty(self, dtype: Any = np.float64, xp: Any = np, order: Literal["C", "F"] = "C") -> Any:
-        """An uninitialised local array (interior plus halo) of ``dtype`` from array module ``xp``."""
-        return resolve_array_module(xp, ArgumentTypeError).empty(
-            self.local_shape, dtype=check_dtype(dtype, "the array"), order=order
-        )
+    # -- fields -----------------------------------------------------------------------------------------
 
-    def zeros(self, dtype: Any = np.float64, xp: Any = np, order: Literal["C", "F"] = "C") -> Any:
-        """A zero-filled local array (interior plus halo)."""
-        return resolve_array_module(xp, ArgumentTypeError).zeros(
-            self.local_shape, dtype=check_dtype(dtype, "the array"), order=order
-        )
+    def field(self, halo: HaloSpec | None = None, stagger: StaggerSpec = None) -> CartesianField:
+        """Collective: a field descriptor of its own halo and staggering on this decomposition.
+
+        Args:
+            halo: the field's ghost points, in any form the decomposition takes, each side at most the
+                decomposition's; None: the decomposition's.
+            stagger: the axes along which the field sits on cell faces: None (cell centres), axis letters
+                (``"x"``, ``"y"``, ``"xy"``; x, y, z are axes 0, 1, 2) or numbers (``0``, ``(0, 1)``). Face i is
+                the low face of cell i; an axis that is not periodic has one more face than cells.
+
+        Every rank must pass the same arguments; a halo wider than the decomposition's, an unknown axis, or
+        ranks that disagree raise the same error on every rank. ``grid.field()`` is the decomposition's own
+        cell-centred field.
+        """
+        try:
+            widths = self.halo if halo is None else _normalise_halo(halo, self.ndim)
+            check_field_halo(widths, self.halo)
+            axes = normalise_stagger(stagger, self.ndim)
+            problem, signature = None, {**self.parameters, "field halo": widths, "stagger": axes}
+        except Exception as error:  # every rank must hear of it, or the others would go on to exchange
+            problem, signature = error, None
+        self.comm.agree("field()", signature, problem)
+        return CartesianField(self, widths, axes)
+
+    # -- local arrays: those of the decomposition's own field (cell centres, its halo) ---------------------
 
     @property
     def interior_slices(self) -> tuple[slice, ...]:
         """Index of the owned interior inside a local array."""
-        return tuple(slice(lo, lo + n) for (lo, _), n in zip(self.halo, self.interior_shape, strict=True))
+        return self._cells.interior_slices
+
+    def empty(self, dtype: Any = np.float64, xp: Any = np, order: Literal["C", "F"] = "C") -> Any:
+        """An uninitialised local array (interior plus halo) of ``dtype`` from array module ``xp``."""
+        return self._cells.empty(dtype, xp, order)
+
+    def zeros(self, dtype: Any = np.float64, xp: Any = np, order: Literal["C", "F"] = "C") -> Any:
+        """A zero-filled local array (interior plus halo)."""
+        return self._cells.zeros(dtype, xp, order)
 
     def interior(self, a: Any) -> Any:
         """View of the owned interior of local array ``a`` (a buffer such as a memoryview: of its NumPy view)."""
-        a = view_buffer(a, "the array")
-        self._check_local(a, "the array")
-        return a[self.interior_slices]
-
-    def _check_local(self, a: Any, what: str) -> None:
-        if tuple(a.shape) != self.local_shape:
-            raise FieldError(
-                f"{what} has shape {tuple(a.shape)}, expected {self.local_shape} (interior "
-                f"{self.interior_shape} plus halo {self.halo}); allocate it with decomposition.empty(dtype)"
-            )
+        return self._cells.interior(a)
 
     def gather(self, a: Any, root: int = 0) -> np.ndarray | None:
         """Collective: the global array assembled on ``root`` from every rank's interior (None elsewhere).
@@ -244,27 +267,7 @@ class CartesianDecomposition:
         Device arrays are copied to the host first; the result is always a NumPy array. Every rank raises
         the same error if some rank passes a bad array or root, or the ranks pass different dtypes or roots.
         """
-        from mpi4py import MPI
-
-        try:
-            root = self.comm.check_root(root, "receives the array")
-            block = np.ascontiguousarray(to_host(self.interior(a)))
-            check_dtype(block.dtype, "the array to gather")
-            problem, signature = None, {**self.parameters, "dtype": str(block.dtype), "root": root}
-        except Exception as error:  # every rank must hear of it, or the others would wait in Gatherv
-            problem, signature = error, None
-        self.comm.agree("gather()", signature, problem)
-        counts = [math.prod(self._interior_shape_of(r)) * block.itemsize for r in range(self.comm.size)]
-        if self.comm.rank != root:
-            self.comm.mpi.Gatherv([block, MPI.BYTE], None, root=root)
-            return None
-        flat = np.empty(sum(counts), dtype=np.uint8)
-        self.comm.mpi.Gatherv([block, MPI.BYTE], [flat, counts, MPI.BYTE], root=root)
-        result = np.empty(self.global_shape, dtype=block.dtype)
-        for r, start in enumerate(itertools.accumulate([0, *counts[:-1]])):
-            piece = flat[start : start + counts[r]].view(block.dtype)
-            result[self.global_slices_of(r)] = piece.reshape(self._interior_shape_of(r))
-        return result
+        return self._cells.gather(a, root)
 
     def scatter(
         self, global_array: np.ndarray | None, root: int = 0, xp: Any = np, order: Literal["C", "F"] = "C"
@@ -275,71 +278,7 @@ class CartesianDecomposition:
         root's array does not fit, some rank passes a bad root, ``xp`` or ``order``, or the ranks pass
         different roots.
         """
-        from mpi4py import MPI
-
-        sendbuf, dtype = None, ""
-        try:
-            root = self.comm.check_root(root, "holds the array")
-            xp = resolve_array_module(xp, ArgumentTypeError)
-            check_order(order)
-            if self.comm.rank == root:
-                sendbuf, dtype = self._scatter_buffer(global_array)
-            problem, signature = None, {**self.parameters, "root": root}
-        except Exception as error:  # every rank must hear of it, or the others would wait in Scatterv
-            problem, signature = error, None
-        # Root tells everyone the dtype in the same step, so that no rank waits for data that never comes.
-        dtype = np.dtype(self.comm.agree("scatter()", signature, problem, note=dtype)[root])
-        counts = [math.prod(self._interior_shape_of(r)) * dtype.itemsize for r in range(self.comm.size)]
-        block = np.empty(math.prod(self.interior_shape), dtype=dtype)
-        send = [sendbuf, counts, MPI.BYTE] if self.comm.rank == root else None
-        self.comm.mpi.Scatterv(send, [block.view(np.uint8), MPI.BYTE], root=root)
-        local = self.zeros(dtype, xp=xp, order=order)
-        local[self.interior_slices] = xp.asarray(block.reshape(self.interior_shape))
-        return local
-
-    def _scatter_buffer(self, global_array: Any) -> tuple[np.ndarray, str]:
-        """Root's send buffer for ``scatter`` (every rank's block, in rank order, as bytes) and its dtype."""
-        if global_array is None:
-            raise FieldError(f"scatter: root passed None; pass the global array of shape {self.global_shape}")
-        g = to_host(global_array, "the global array")
-        if tuple(g.shape) != self.global_shape:
-            raise FieldError(
-                f"scatter: the global array on root has shape {tuple(g.shape)}, expected {self.global_shape}"
-            )
-        dtype = check_dtype(g.dtype, "the global array")
-        blocks = [np.ascontiguousarray(g[self.global_slices_of(r)]).ravel() for r in range(self.comm.size)]
-        return np.concatenate(blocks).view(np.uint8), dtype.str
-
-    def _interior_shape_of(self, rank: int) -> tuple[int, ...]:
-        return tuple(s.stop - s.start for s in self.global_slices_of(rank))
-
-    # -- exchange pattern -------------------------------------------------------------------------------
-
-    def neighbour_offsets(self) -> list[tuple[int, ...]]:
-        """Directions to exchange with: every non-zero offset in {-1, 0, 1}^ndim ("box"), or only those along
-        one axis ("star"), in lexicographic order."""
-        offsets = [d for d in itertools.product((-1, 0, 1), repeat=self.ndim) if any(d)]
-        if self.stencil == "star":
-            offsets = [d for d in offsets if sum(map(abs, d)) == 1]
-        return offsets
-
-    def _send_box(self, d: tuple[int, ...]) -> Box:
-        # Interior points next to side d, as wide as the receiving neighbour's halo on its opposite side.
-        start, stop = [], []
-        for dk, n, (lo, hi) in zip(d, self.interior_shape, self.halo, strict=True):
-            a, b = {-1: (0, hi), 0: (0, n), 1: (n - lo, n)}[dk]
-            start.append(a + lo)
-            stop.append(b + lo)
-        return Box(tuple(start), tuple(stop))
-
-    def _recv_box(self, d: tuple[int, ...]) -> Box:
-        # Halo points on side d.
-        start, stop = [], []
-        for dk, n, (lo, hi) in zip(d, self.interior_shape, self.halo, strict=True):
-            a, b = {-1: (-lo, 0), 0: (0, n), 1: (n, n + hi)}[dk]
-            start.append(a + lo)
-            stop.append(b + lo)
-        return Box(tuple(start), tuple(stop))
+        return self._cells.scatter(global_array, root, xp, order)
 
     def pattern(self) -> Pattern:
         """This rank's halo-exchange pattern: one message per peer rank, holding every box for that peer.
@@ -347,27 +286,7 @@ class CartesianDecomposition:
         Boxes in a message are ordered by the sender's direction, so that the receiver (which sees direction
         -d) unpacks them in the order they were packed.
         """
-        sends: dict[int, list[tuple[tuple[int, ...], Box]]] = {}
-        recvs: dict[int, list[tuple[tuple[int, ...], Box]]] = {}
-        for d in self.neighbour_offsets():
-            peer = self.rank_of([c + dk for c, dk in zip(self.coords, d, strict=True)])
-            if peer is None:
-                continue
-            send, recv = self._send_box(d), self._recv_box(d)
-            if send.size:
-                sends.setdefault(peer, []).append((d, send))
-            if recv.size:
-                # The peer in direction d sent this to us as its direction -d.
-                recvs.setdefault(peer, []).append((tuple(-x for x in d), recv))
-        peers = tuple(
-            PeerPlan(
-                rank=r,
-                send=tuple(box for _, box in sorted(sends.get(r, []))),
-                recv=tuple(box for _, box in sorted(recvs.get(r, []))),
-            )
-            for r in sorted(set(sends) | set(recvs))
-        )
-        return Pattern(local_shape=self.local_shape, peers=peers)
+        return self._cells.pattern()
 
     def __repr__(self) -> str:
         return (

@@ -89,30 +89,35 @@ class CopyPacker(BufferedMessages):
 
 
 def local_copies(
-    plan: PeerPlan, specs: Sequence[FieldSpec], sources: Sequence[Any], destinations: Sequence[Any], xp: Any
+    plans: Sequence[PeerPlan], specs: Sequence[FieldSpec], sources: Sequence[Any], destinations: Sequence[Any], xp: Any
 ) -> list[tuple[Any, Any]]:
     """What a rank sends itself, as (destination view, source view) pairs to ``xp.copyto`` in this order.
 
-    ``plan`` lists the boxes sent (from ``sources``) and received (into ``destinations``), per field. Boxes
+    ``plans`` lists, per field, the boxes sent (from ``sources``) and received (into ``destinations``). Boxes
     that pair one to one with equal shapes are copied view to view, with no buffer (a halo exchange's periodic
     wrap over one rank, a transposition's diagonal block). Otherwise the boxes' elements go through a scratch
     array per field, in the agreed memory order, exactly as a message to another rank would carry them.
     """
-    if not all(isinstance(sel, Box) for sel in plan.send + plan.recv):
-        raise ValueError("a rank can only send itself boxes (unstructured patterns never do)")
-    if len(plan.send) == len(plan.recv) and all(s.shape == r.shape for s, r in zip(plan.send, plan.recv, strict=True)):
-        return [
-            (dst[r.slices], src[s.slices])
-            for src, dst in zip(sources, destinations, strict=True)
-            for s, r in zip(plan.send, plan.recv, strict=True)
-        ]
     copies = []
-    for spec, src, dst in zip(specs, sources, destinations, strict=True):
+    for plan, spec, src, dst in zip(plans, specs, sources, destinations, strict=True):
+        if not all(isinstance(sel, Box) for sel in plan.send + plan.recv):
+            raise ValueError("a rank can only send itself boxes (unstructured patterns never do)")
+        if pairs_directly(plan):
+            copies += [(dst[r.slices], src[s.slices]) for s, r in zip(plan.send, plan.recv, strict=True)]
+            continue
         scratch = xp.empty(max(plan.send_size, 1), dtype=spec.dtype)
         sent, received = _pieces(scratch, plan.send, spec.order), _pieces(scratch, plan.recv, spec.order)
         copies += [(piece, src[box.slices]) for piece, box in zip(sent, plan.send, strict=True)]
         copies += [(dst[box.slices], piece) for piece, box in zip(received, plan.recv, strict=True)]
     return copies
+
+
+def pairs_directly(plan: PeerPlan) -> bool:
+    """Whether ``plan``'s send and receive boxes pair one to one with equal extents (copied box to box)."""
+    return len(plan.send) == len(plan.recv) and all(
+        isinstance(s, Box) and isinstance(r, Box) and s.shape == r.shape
+        for s, r in zip(plan.send, plan.recv, strict=True)
+    )
 
 
 def _pieces(scratch: Any, boxes: Sequence[Box], order: str) -> list[Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..pattern import Pattern, Selection
+from ..pattern import FieldPatterns, Pattern, Selection
 
 # Segments start on 16-byte boundaries: typed views stay aligned and GPU kernels can use vector loads.
 ALIGNMENT = 16
@@ -72,21 +72,29 @@ class Layout:
     recv_nbytes: int
 
     @classmethod
-    def build(cls, pattern: Pattern, fields: Sequence[FieldSpec], align: str = "segment") -> Layout:
+    def build(cls, pattern: Pattern | FieldPatterns, fields: Sequence[FieldSpec], align: str = "segment") -> Layout:
+        """The layout of ``fields`` moved by ``pattern``: one Pattern for every field, or FieldPatterns (one per
+        field). Peers in ascending rank order; inside a peer's message, field after field, each field's
+        selections in its plan's order."""
         if align not in ("segment", "field"):
             raise ValueError(f"Layout.build(align={align!r}): use 'segment' or 'field'")
-        sends, send_total = cls._messages(fields, [(p.rank, p.send) for p in pattern.peers], align)
-        recvs, recv_total = cls._messages(fields, [(p.rank, p.recv) for p in pattern.peers], align)
+        patterns = pattern if isinstance(pattern, FieldPatterns) else FieldPatterns.uniform(pattern, len(fields))
+        if len(patterns.patterns) != len(fields):
+            raise ValueError(f"Layout.build: {len(patterns.patterns)} patterns for {len(fields)} fields")
+        plans = [(rank, patterns.plans(rank)) for rank in patterns.ranks]
+        sends, send_total = cls._messages(fields, [(r, [p.send for p in per_field]) for r, per_field in plans], align)
+        recvs, recv_total = cls._messages(fields, [(r, [p.recv for p in per_field]) for r, per_field in plans], align)
         return cls(tuple(fields), sends, recvs, send_total, recv_total)
 
     @staticmethod
     def _messages(
-        fields: Sequence[FieldSpec], selections: list[tuple[int, tuple[Selection, ...]]], align: str
+        fields: Sequence[FieldSpec], selections: list[tuple[int, list[tuple[Selection, ...]]]], align: str
     ) -> tuple[tuple[PeerMessage, ...], int]:
+        """Messages of (peer, the selections of each field for it), in that order; peers with nothing go out."""
         messages, offset = [], 0
-        for peer, chosen in selections:
+        for peer, per_field in selections:
             start, segments = offset, []
-            for f, spec in enumerate(fields):
+            for f, (spec, chosen) in enumerate(zip(fields, per_field, strict=True)):
                 for sel in chosen:
                     nbytes = sel.size * spec.row_items * spec.dtype.itemsize
                     segments.append(Segment(f, sel, offset, nbytes))

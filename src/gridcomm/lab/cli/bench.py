@@ -67,16 +67,28 @@ def bench_halo(
     halo: Annotated[int, typer.Option(help="Halo width in both horizontal dimensions.")] = 3,
     samples: SamplesOption = 7,
     quick: Annotated[bool, typer.Option(help="Two sizes, one field count, 3 samples: a smoke run.")] = False,
+    mixed: Annotated[
+        bool,
+        typer.Option(
+            "--mixed",
+            help="A C-grid's u, v (cell faces, halo 1) and p (cell centres, halo --halo) in one exchange against "
+            "three separate exchanges (--fields is not used).",
+        ),
+    ] = False,
     out: OutOption = HERE,
 ) -> None:
     """Time per halo exchange against message size and field count, beside its floors measured in the same
-    run: bare MPI on the host; NCCL's own send/recv, the peer-copy and HBM ceilings on the GPU."""
+    run: bare MPI on the host; NCCL's own send/recv, the peer-copy and HBM ceilings on the GPU. With --mixed:
+    one exchange of fields of different halos and staggering against one exchange per field."""
     default_sizes = "16,32,64,128,256,512,1024" if gpu else "8,16,32,64,128"
     size_list = [8, 32] if quick else int_list(sizes or default_sizes, "--sizes")
     field_list = [2] if quick else int_list(fields, "--fields")
     samples = 3 if quick else samples
     with bench_ranks(nprocs, gpu) as comm:
-        _bench_halo(comm, gpu, size_list, field_list, levels, halo, samples, out)
+        if mixed:
+            _bench_halo_mixed(comm, gpu, size_list, levels, halo, samples, out)
+        else:
+            _bench_halo(comm, gpu, size_list, field_list, levels, halo, samples, out)
 
 
 def _bench_halo(
@@ -140,6 +152,68 @@ def _halo_table(rows: list[dict[str, Any]]) -> Any:
         )
     columns = ["n×n", "fields", "KiB/peer", *names, "floor", "floor fresh", "best/floor", "best/fresh"]
     return table("time per halo exchange (µs) (median; slowest rank)", columns, body)
+
+
+def _bench_halo_mixed(
+    comm: Any, gpu: bool, size_list: list[int], levels: int, halo: int, samples: int, out: Path
+) -> None:
+    from ..bench.halo import VARIANTS
+    from ..bench.mixed import MixedCase, run_mixed_case
+    from ..measure.machine import machine_info
+
+    if gpu:
+        import cupy
+
+        from ..bench.ceilings import time_gpu
+
+        transports: dict[str, Any] = {name: name for name in usable(comm, on_device=True)}
+        xp, timer = cupy, (lambda run, n: time_gpu(comm, run, n))
+    else:
+        import numpy
+
+        transports, xp, timer = dict(VARIANTS), numpy, None
+    rows = []
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task("mixed halo cases", total=len(size_list))
+        for n in size_list:
+            rows.append(run_mixed_case(comm, MixedCase(n, levels, halo), samples, transports, xp, timer))
+            bar.advance(task)
+    if comm.rank == 0:
+        machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
+        config = {
+            "sizes": size_list,
+            "levels": levels,
+            "halo": halo,
+            "samples": samples,
+            "problem": "3-D float64 u (x faces), v (y faces), halo 1, and p (cell centres), halo --halo; a channel "
+            "periodic in x with walls in y, horizontal 2-D process grid, box stencil",
+        }
+        path, png = save(out, "halo-mixed", machine, config, rows)
+        console.print(_halo_mixed_table(rows))
+        say_written(path, png)
+
+
+def _halo_mixed_table(rows: list[dict[str, Any]]) -> Any:
+    from ..bench.mixed import WAYS
+
+    names = list(rows[0]["times"])
+    body = []
+    for r in rows:
+        for name in names:
+            times = [f"{r['times'][name][way]['median_s'] * 1e6:.1f}" for way in WAYS]
+            body.append(
+                [
+                    f"{r['n']}²",
+                    f"{r['bytes_per_rank'] / 1024:.0f}",
+                    f"{r['messages_per_rank']['one']} / {r['messages_per_rank']['three']}",
+                    name,
+                    *times,
+                    f"{r['three_over_one'][name]:.2f}x",
+                    f"{r['overlapped_over_one'][name]:.2f}x",
+                ]
+            )
+    columns = ["n×n", "KiB/rank", "messages", "transport", *WAYS, "three/one", "overlapped/one"]
+    return table("u, v, p: one exchange against three (µs) (median; slowest rank)", columns, body)
 
 
 def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
