@@ -10,7 +10,7 @@ politely (8 ranks share few cores).
 Cases that must fail (a grid too small for its process grid or halo) check that every rank raises
 DecompositionError instead.
 
-Environment: GRIDCOMM_PROPERTY_EXAMPLES (default 1500) sets max_examples; GRIDCOMM_PROPERTY_SCALE and
+Environment: GRIDCOMM_PROPERTY_EXAMPLES (default 1800) sets max_examples; GRIDCOMM_PROPERTY_SCALE and
 GRIDCOMM_PROPERTY_SEED (harness.py) scale it and pick the examples.
 """
 
@@ -43,7 +43,7 @@ import gridcomm
 from gridcomm import CartesianDecomposition, DecompositionError
 from gridcomm.decomp.procgrid import choose_proc_grid
 
-MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "1500"))
+MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "1800"))
 
 
 @dataclass(frozen=True)

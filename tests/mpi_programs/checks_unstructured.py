@@ -13,7 +13,7 @@ Fortran order, any dtype); a transport; 1-2 rounds. After every exchange each lo
 the global array's row of its id: owned rows untouched, halo rows overwritten (they start as sentinel bytes).
 With ids 0..V-1, gather and scatter must round-trip as well.
 
-Environment: GRIDCOMM_UNSTRUCTURED_EXAMPLES (default 800) sets max_examples; GRIDCOMM_PROPERTY_SCALE and
+Environment: GRIDCOMM_UNSTRUCTURED_EXAMPLES (default 1000) sets max_examples; GRIDCOMM_PROPERTY_SCALE and
 GRIDCOMM_PROPERTY_SEED (harness.py) scale it and pick the examples.
 """
 
@@ -50,7 +50,7 @@ import gridcomm
 from gridcomm import DecompositionError, FieldError, UnstructuredDecomposition
 from gridcomm.grids import MedianDualMesh, equal_regions, halo_ids
 
-MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_UNSTRUCTURED_EXAMPLES", "800"))
+MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_UNSTRUCTURED_EXAMPLES", "1000"))
 
 FieldSpec = tuple[str, str, int]  # (dtype, order, levels); levels 0 is a 1-D field
 
