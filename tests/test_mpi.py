@@ -45,7 +45,7 @@ def test_timeout_inside_a_with_block_stays_a_timeout(mpi_checks):
 @pytest.mark.parametrize("check", ["check_wrong_field_shape_on_one_rank", "check_scatter_bad_global_array_on_root"])
 def test_bad_input_on_one_rank_does_not_hang_the_others(mpi_checks, check):
     """Only one rank's argument is bad; the run must end (with errors everywhere) instead of hanging. A hang
-    is caught by the short wall-clock limit of this launch."""
+    ends in gridcomm's timeout and abort (no report), or at this launch's wall-clock limit: a failure either way."""
     mpi_checks("checks_one_rank_errors", 2, timeout=120, checks=(check,))
 
 
@@ -79,6 +79,6 @@ def test_unstructured_exchanges_match_serial_reference(mpi_checks):
 def test_unstructured_bad_input_raises_on_every_rank(mpi_checks, nranks):
     """Bad ids (twice, owned twice, unowned halo, owned and halo, negative, float, 2-D), gather without ids
     0..N-1 and fields of the wrong length: the right error on every rank; and the known O4 case on this many
-    ranks. A rank that raises alone leaves its peers blocked in a collective: the short limit catches that."""
+    ranks. A rank that raises alone leaves its peers blocked in a collective: the launch's limit catches that."""
     assert len(UNSTRUCTURED_BAD_INPUT) >= 9, UNSTRUCTURED_BAD_INPUT
     mpi_checks("checks_unstructured", nranks, timeout=180, checks=(*UNSTRUCTURED_BAD_INPUT, UNSTRUCTURED_KNOWN_CASE))
