@@ -24,7 +24,7 @@ RUNNER = PROGRAMS / "runner.py"
 # The in-process tests share the MPI programs' helpers (tests/mpi_programs/harness.py).
 sys.path.insert(0, str(PROGRAMS))
 
-from harness import PROPERTY_SEED, examples, replay_hint  # noqa: E402 (found through the path above)
+from harness import PROPERTY_SCALE, PROPERTY_SEED, examples, replay_hint  # noqa: E402 (found through the path above)
 from hypothesis import seed, settings  # noqa: E402
 
 # Seconds a rank waits for a silent peer inside gridcomm before GridcommTimeout (keeps hangs short), times the
@@ -112,10 +112,12 @@ def run_mpi(
     (returncode, output).
 
     stdout and stderr are merged and decoded leniently (MPICH output may hold NUL bytes). On passing
-    ``timeout`` seconds of wall time the whole process group is killed and the test fails with the output.
+    ``timeout`` seconds of wall time (times GRIDCOMM_PROPERTY_SCALE where that is above 1) the whole process
+    group is killed and the test fails with the output.
     """
     if MPIEXEC is None:
         pytest.skip("no mpiexec beside sys.executable or on PATH (pip install mpich)")
+    timeout *= max(1.0, PROPERTY_SCALE)  # a harder search (more examples) takes longer
     # Nothing from the caller's environment may change what the checks see (GRIDCOMM_PROPERTY_* excepted:
     # they tune the property tests, see tests/mpi_programs/harness.py).
     full_env = launch.rank_environment(
