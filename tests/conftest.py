@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -23,11 +24,38 @@ RUNNER = PROGRAMS / "runner.py"
 # The in-process tests share the MPI programs' helpers (tests/mpi_programs/harness.py).
 sys.path.insert(0, str(PROGRAMS))
 
-# Seconds a rank waits for a silent peer inside gridcomm before GridcommTimeout (keeps hangs short).
+from harness import PROPERTY_SCALE, PROPERTY_SEED, examples, replay_hint  # noqa: E402 (found through the path above)
+from hypothesis import seed, settings  # noqa: E402
+
+# Seconds a rank waits for a silent peer inside gridcomm before GridcommTimeout (keeps hangs short), times the
+# ranks each core serves (8 ranks on 2 cores: 120 s): ranks sharing the cores of a machine that other jobs keep
+# busy can be kept from a healthy peer for long. A hang still ends well within each launch's wall-clock limit.
 RANK_TIMEOUT_S = 30
 
 # Commands the tests start themselves (gridcomm run --np 4, gridcomm bench ...) oversubscribe 2 cores too.
 os.environ.setdefault("GRIDCOMM_OVERSUBSCRIBE_OK", "1")
+# The in-process property tests: a fixed number of examples (GRIDCOMM_PROPERTY_SCALE times the test's own, or
+# 100), no deadline (a busy machine is slow, not wrong), no example database (each run is what its seed says).
+# The seed is applied in pytest_collection_modifyitems; the MPI programs' run_property does the same.
+settings.register_profile("gridcomm", max_examples=examples(100), deadline=None, database=None, print_blob=True)
+settings.load_profile("gridcomm")
+
+
+def pytest_collection_modifyitems(items):
+    """Every hypothesis test draws its examples from GRIDCOMM_PROPERTY_SEED (harness.PROPERTY_SEED)."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        if getattr(test, "is_hypothesis_test", False):
+            seed(PROPERTY_SEED)(test)
+
+
+def pytest_report_header():
+    return f"property tests: GRIDCOMM_PROPERTY_SEED={PROPERTY_SEED}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if terminalreporter.stats.get("failed"):
+        terminalreporter.write_line(f"Property tests: {replay_hint()}.")
 
 
 def find_mpiexec() -> str | None:
@@ -86,12 +114,14 @@ def run_mpi(
     (returncode, output).
 
     stdout and stderr are merged and decoded leniently (MPICH output may hold NUL bytes). On passing
-    ``timeout`` seconds of wall time the whole process group is killed and the test fails with the output.
+    ``timeout`` seconds of wall time (times GRIDCOMM_PROPERTY_SCALE where that is above 1) the whole process
+    group is killed and the test fails with the output.
     """
     if MPIEXEC is None:
         pytest.skip("no mpiexec beside sys.executable or on PATH (pip install mpich)")
+    timeout *= max(1.0, PROPERTY_SCALE)  # a harder search (more examples) takes longer
     # Nothing from the caller's environment may change what the checks see (GRIDCOMM_PROPERTY_* excepted:
-    # they tune the property test, see tests/mpi_programs/checks_property.py).
+    # they tune the property tests, see tests/mpi_programs/harness.py).
     full_env = launch.rank_environment(
         nranks,
         {
@@ -100,9 +130,17 @@ def run_mpi(
             if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_")) or k.startswith("GRIDCOMM_PROPERTY_")
         },
     )
+    per_core = max(1, math.ceil(nranks / len(os.sched_getaffinity(0))))
     # The suite runs more ranks than this machine has cores on purpose: no OversubscriptionWarning in outputs.
-    full_env.update({"GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S), "GRIDCOMM_OVERSUBSCRIBE_OK": "1"})
-    full_env.update({"PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"})
+    full_env.update(
+        {
+            "GRIDCOMM_TIMEOUT": str(RANK_TIMEOUT_S * per_core),
+            "GRIDCOMM_OVERSUBSCRIBE_OK": "1",
+            "GRIDCOMM_PROPERTY_SEED": str(PROPERTY_SEED),  # resolved here when it was "random"
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONHASHSEED": "0",
+        }
+    )
     full_env.update(env or {})
     cmd = launch.mpiexec_command(nranks, [sys.executable, *argv], MPIEXEC)  # Open MPI needs --oversubscribe
     cmd[1:1] = launcher_args

@@ -14,7 +14,15 @@ import ctypes
 from unittest import mock
 
 import numpy as np
-from harness import DTYPES, describe_mismatch, expected_cells, local_with_sentinel, random_global, stand_in_comm
+from harness import (
+    DTYPES,
+    describe_mismatch,
+    examples,
+    expected_cells,
+    local_with_sentinel,
+    random_global,
+    stand_in_comm,
+)
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
@@ -63,7 +71,7 @@ def replay(rows: Descriptors, blocks: int = 3, piece_units: int = 0) -> None:
                 ctypes.memmove(ends[1], ends[0], (hi - lo) * row[UNIT])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.lists(st.integers(1, 50), max_size=12), st.integers(1, 40), st.sampled_from([0, 1, 4, 16, 64]))
 def test_balanced_pieces_give_every_block_an_equal_share(units, blocks, piece_units):
     """Every unit of every segment in exactly one piece; each block's share within one unit of U / blocks
@@ -151,7 +159,7 @@ def _layouts(d, specs):
     return Layout.build(others, specs), Layout.build(Pattern(full.local_shape, tuple(own)), specs) if own else None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(cases())
 def test_descriptor_tables_move_every_halo(case):
     """Every halo arrives bit for bit by each path: packed into a buffer and unpacked by the receiver (staged, mpi,

@@ -53,7 +53,7 @@ def run_example(name: str, nranks: int, *options: str, timeout: float) -> str:
 def test_example_on_4_ranks_on_the_cpu(name: str, needs: str | None) -> None:
     if needs:
         pytest.importorskip(needs, reason=f"{name} needs {needs} (pip install -e '.[examples]')")
-    out = run_example(name, 4, "--cpu", timeout=120)
+    out = run_example(name, 4, "--cpu", timeout=300)
     assert "on the CPU" in out, out[-6000:]
 
 

@@ -4,8 +4,8 @@ inside, a crash or a hang.
 
 The cases, oracles and serial references are in tests/mpi_programs/checks_fuzz.py. Each constructor's property
 runs twice: in this process on one rank (hypothesis shrinks a failure right here), and under mpiexec on 4 ranks,
-each example on 1 to 4 of them, with faults on one rank or on all. Both draw derandomized examples (the same
-every run). Together about a minute on 2 cores.
+each example on 1 to 4 of them, with faults on one rank or on all. Both draw their examples from
+GRIDCOMM_PROPERTY_SEED (the same every run unless it is changed).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 
 import checks_fuzz_spectral  # noqa: F401 (registers the spectral transform's constructors into CONSTRUCTORS)
 import pytest
-from checks_fuzz import CONSTRUCTORS, SCALE, run_case
-from harness import property_settings
+from checks_fuzz import CONSTRUCTORS, run_case
+from harness import examples, property_settings
 from hypothesis import given
 from hypothesis import strategies as st
 from mpi4py import MPI
@@ -30,10 +30,10 @@ IN_PROCESS_SHARE = 0.5
 def test_constructor_fuzzed_on_one_rank(name):
     """The property of checks_fuzz on one rank, in process: COMM_WORLD here is a singleton."""
     constructor = CONSTRUCTORS[name]
-    examples = max(1, round(constructor.examples * SCALE * IN_PROCESS_SHARE))
+    count = examples(round(constructor.examples * IN_PROCESS_SHARE))
     seen = {"examples": 0, "with a fault": 0}
 
-    @property_settings(examples)
+    @property_settings(count)
     @given(st.data())
     def property_holds(data):
         case = data.draw(constructor.cases(1), label="case")
@@ -50,14 +50,41 @@ def test_constructor_fuzzed_on_one_rank(name):
     property_holds()
     seconds = time.perf_counter() - start
     print(f"{name}: {seen['examples']} examples ({seen['with a fault']} with a fault) in {seconds:.1f} s")
-    assert seen["examples"] >= examples // 2, seen  # hypothesis stops early only when it runs out of cases
+    assert seen["examples"] >= count // 2, seen  # hypothesis stops early only when it runs out of cases
 
 
 @pytest.mark.mpi
 @needs_mpiexec
 def test_constructors_fuzzed_on_1_to_4_ranks(mpi_checks):
     """checks_fuzz on 4 ranks: every constructor's property, each example on 1 to 4 ranks."""
-    start = time.perf_counter()
-    mpi_checks("checks_fuzz", 4, timeout=240)
-    mpi_checks("checks_fuzz_spectral", 4, timeout=120)
-    assert time.perf_counter() - start < 150
+    mpi_checks("checks_fuzz", 4, timeout=600)
+    mpi_checks("checks_fuzz_spectral", 4, timeout=300)
+
+
+def test_property_seed_picks_the_examples_and_a_failure_names_it(monkeypatch):
+    """harness.property_settings: the same seed draws the same examples (a failure can be replayed), another seed
+    others, and a failure carries the seed that replays it."""
+    import harness
+
+    def drawn(seed: int) -> list[int]:
+        monkeypatch.setattr(harness, "PROPERTY_SEED", seed)
+        seen = []
+
+        @property_settings(20)
+        @given(st.integers())
+        def record(x):
+            seen.append(x)
+
+        record()
+        return seen
+
+    assert drawn(5) == drawn(5) != drawn(6)
+
+    @property_settings(20)
+    @given(st.integers(0, 100))
+    def fails(x):
+        assert x < 10
+
+    with pytest.raises(AssertionError) as failure:
+        fails()
+    assert "GRIDCOMM_PROPERTY_SEED=6: set it to replay them" in "\n".join(failure.value.__notes__)

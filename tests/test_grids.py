@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from harness import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ def mesh(request) -> MedianDualMesh:
 
 
 @given(st.integers(1, 64))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25))
 def test_grid_formulas(n):
     g = OctahedralGrid(n)
     assert g.name == f"O{n}" and g.N == n  # noqa: SIM300

@@ -31,7 +31,7 @@ ON_GPU = {"GRIDCOMM_CHECK_DEVICE": "gpu"}
 
 @pytest.mark.parametrize("nranks", [1, 4])
 def test_making_and_closing_exchangers_and_transposers_leaks_nothing(mpi_checks, nranks):
-    mpi_checks("checks_hygiene", nranks, timeout=150, checks=LEAK_CHECKS)
+    mpi_checks("checks_hygiene", nranks, timeout=600, checks=LEAK_CHECKS)
 
 
 def test_a_closed_exchanger_or_transposer_holds_no_buffers(mpi_checks):

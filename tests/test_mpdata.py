@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from harness import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,7 +187,7 @@ SETUP_FAULTS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=examples(60))
 @given(st.data())
 def test_setup_arguments_fuzzed(data):
     """setup_mpdata with each argument in every form it takes (NumPy scalars for Python ones) runs the same steps

@@ -6,6 +6,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+from harness import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,7 +83,7 @@ def test_equal_region_bands():
 
 
 @given(st.integers(1, 24), st.integers(1, 200))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 def test_equal_regions_balanced_within_one_node(n, nparts):
     grid = OctahedralGrid(n)
     nparts = min(nparts, grid.size)

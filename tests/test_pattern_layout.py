@@ -16,6 +16,7 @@ from harness import (
     DTYPES,
     cell_bytes,
     describe_mismatch,
+    examples,
     expected_cells,
     local_with_sentinel,
     random_global,
@@ -56,7 +57,7 @@ def plans_by_peer(d) -> dict[int, PeerPlan]:
     return {p.rank: p for p in d.pattern().peers}
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000))
 @given(decompositions(), st.sampled_from(DTYPES), st.sampled_from("CF"), st.integers(0, 2**32 - 1))
 def test_pattern_exchange_simulated_serially_matches_reference(ranks, dtype, order, seed):
     """Copy every sender's boxes into the receiver's boxes, pairing them in pattern order: exact result."""
@@ -79,7 +80,7 @@ def test_pattern_exchange_simulated_serially_matches_reference(ranks, dtype, ord
         assert problem is None, f"rank {rank} of {d.proc_grid} {d.global_shape} halo {d.halo} {d.stencil}: {problem}"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400))
 @given(decompositions(), st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=4))
 def test_layout_segments_aligned_and_disjoint(ranks, fields):
     specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
@@ -112,7 +113,7 @@ def assert_disjoint(spans):
         assert a1 <= b0, f"[{a0}, {a1}) overlaps [{b0}, ...)"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400))
 @given(
     decompositions(max_ranks=8),
     st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=3),

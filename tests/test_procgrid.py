@@ -6,7 +6,7 @@ import itertools
 import math
 
 import pytest
-from harness import stand_in_comm
+from harness import examples, stand_in_comm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,7 +92,7 @@ def grid_problems(draw):
     return nranks, shape, halo, periodic, fixed
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400))
 @given(grid_problems())
 def test_choose_proc_grid_matches_brute_force(problem):
     """The documented choice: least halo volume of the largest subdomain, ties to the most balanced grid,
@@ -119,7 +119,7 @@ def test_choose_proc_grid_matches_brute_force(problem):
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(grid_problems())
 def test_unconstrained_decomposition_finds_a_grid_that_fits(problem):
     """With proc_grid=None (or 0 entries) gridcomm chooses the grid: where some grid of the rank count gives

@@ -199,7 +199,7 @@ def test_validation_names_a_corrupted_halo(mpi_checks, nranks):
 def test_validation_passes_every_right_exchange(mpi_checks, program):
     """The exchange, unstructured and transposition suites with GRIDCOMM_VALIDATE=1: no false alarm (every
     transport, dtype, memory order, trailing axis and periodic wrap the suites cover)."""
-    # The unstructured suite's hypothesis part at 300 examples (of 1800 in its own run): about 15 s.
+    # The unstructured suite's hypothesis part at 300 examples (of 1000 in its own run), on 1 to 3 ranks.
     mpi_checks(program, 3, timeout=300, env={"GRIDCOMM_VALIDATE": "1", "GRIDCOMM_UNSTRUCTURED_EXAMPLES": "300"})
 
 

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -330,9 +329,7 @@ def test_a_failing_or_hung_benchmark_is_reported_and_the_rest_still_run(tmp_path
     hung = Invocation("hung", ("bench", "soak", "--np", "1", "--steps", "100000000", "--shape", "8,8,8"), 1.0)
     good = Invocation("mpdata", ("bench", "mpdata", "--np", "1", "--grids", "O8", "--levels", "1", "--steps", "2"), 1.0)
     monkeypatch.setattr(run_module, "time_limit", lambda invocation: 4.0 if invocation.key == "hung" else 120.0)
-    start = time.perf_counter()
     record = run_suite([broken, hung, good], tmp_path, {"quick": True, "machine": suite.CPU, "ranks": 1}, show=False)
-    assert time.perf_counter() - start < 60
     statuses = [i["status"] for i in record["invocations"]]
     assert statuses[0] == "failed (exit 2)" and statuses[1].startswith("timed out after") and statuses[2] == "ok"
     assert "is not a comma-separated list of integers" in record["invocations"][0]["error"]

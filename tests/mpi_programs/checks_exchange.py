@@ -325,7 +325,8 @@ def check_communicator_forms_and_timeouts(comm):
     """comm may be None (COMM_WORLD), an mpi4py communicator or a Communicator; timeouts come from
     GRIDCOMM_TIMEOUT (set by the test launcher), the Communicator, or the exchanger."""
     problems = []
-    with gridcomm.Communicator(comm, timeout=7) as own:
+    # 77 s: a value of its own (GRIDCOMM_TIMEOUT is a multiple of 30), and long enough for oversubscribed ranks.
+    with gridcomm.Communicator(comm, timeout=77) as own:
         for form, c in (("None", None), ("mpi4py", comm), ("Communicator", own)):
             d = CartesianDecomposition(c, (2 * comm.Get_size() + 1,), halo=1, periodic=True)
             if d.comm.size != comm.Get_size() or d.comm.rank != comm.Get_rank():
@@ -334,7 +335,7 @@ def check_communicator_forms_and_timeouts(comm):
                 if p := exchange_problems(d, [("int8", "C")], transport):
                     problems.append(f"{form}: {p}")
             with HaloExchanger(d, d.zeros()) as ex:
-                expected = 7.0 if form == "Communicator" else float(os.environ.get("GRIDCOMM_TIMEOUT", "60"))
+                expected = 77.0 if form == "Communicator" else float(os.environ.get("GRIDCOMM_TIMEOUT", "60"))
                 if ex.timeout != expected:
                     problems.append(f"{form}: exchanger timeout {ex.timeout}, expected {expected}")
             with HaloExchanger(d, d.zeros(), timeout=2.5) as ex:

@@ -13,21 +13,19 @@ ranks. A fault is given to every rank or to one rank only (the others pass the g
   (a TypeError subclass for a wrong type, ...) with a message naming the argument, the others any
   GridcommError (they name the rank that rejected its arguments).
 
-harness.run_property runs each constructor's property: rank 0 draws (derandomized: the same examples every
-run) and broadcasts, the first case.nranks ranks run the example on a communicator of their own, and rank 0
-asserts, so that hypothesis shrinks a failure. Arrays are never broadcast: each rank builds its own from
-the case's small parameters (a pickled strided or read-only view would arrive contiguous and writable).
-Communicators cannot be pickled either: cases name them (COMMS).
+harness.run_property runs each constructor's property: rank 0 draws (from GRIDCOMM_PROPERTY_SEED: the same
+examples every run unless it is changed) and broadcasts, the first case.nranks ranks run the example on a
+communicator of their own, and rank 0 asserts, so that hypothesis shrinks a failure. Arrays are never
+broadcast: each rank builds its own from the case's small parameters (a pickled strided or read-only view
+would arrive contiguous and writable). Communicators cannot be pickled either: cases name them (COMMS).
 
 tests/test_fuzz.py launches this on 4 ranks and draws the same cases on one rank in process.
-Environment: GRIDCOMM_PROPERTY_FUZZ_SCALE multiplies every constructor's number of examples (default 1);
-GRIDCOMM_PROPERTY_RANDOM=1 draws new examples instead of the same ones every run.
+Environment: GRIDCOMM_PROPERTY_SCALE multiplies every constructor's number of examples, GRIDCOMM_PROPERTY_SEED
+picks the examples (tests/mpi_programs/harness.py).
 """
 
 from __future__ import annotations
 
-import math
-import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,7 +36,6 @@ import numpy as np
 from checks_property import factorisations, predicted_grid
 from checks_transpose import counts_plan, filled, gathered_problems, sentinel
 from harness import (
-    DERANDOMIZE,
     DTYPES,
     SENTINEL_BYTE,
     TRANSPORT_CHOICES,
@@ -63,7 +60,6 @@ from gridcomm import (
     UnstructuredDecomposition,
 )
 
-SCALE = float(os.environ.get("GRIDCOMM_PROPERTY_FUZZ_SCALE", "1"))
 EXCHANGE_TIMEOUT_S = 20.0  # per rank, on every exchanger built here: a hang becomes GridcommTimeout
 # dtypes no exchanger takes: object, structured, strings, non-native byte order, datetimes, long double.
 BAD_DTYPES = ("object", "f8,i4", "U3", "S4", ">f8" if np.little_endian else "<f8", "datetime64[s]", "longdouble")
@@ -1145,8 +1141,7 @@ def fuzz(comm: Any, name: str) -> None:
         comm,
         constructor.cases(comm.Get_size()),
         run_case,
-        max(1, math.ceil(constructor.examples * SCALE)),
-        derandomize=DERANDOMIZE,
+        constructor.examples,
         tally={"with a fault": lambda case: case.fault is not None},
     )
 

@@ -18,7 +18,6 @@ import checks_transpose as host
 import numpy as np
 from harness import (
     BOX_TRANSPORTS,
-    DERANDOMIZE,
     Mirrored,
     assert_everywhere,
     assert_raises_everywhere,
@@ -233,7 +232,6 @@ def check_random_alltoallv_match_serial_reference(comm):
             host.cases(comm.Get_size()),
             run_case,
             MAX_EXAMPLES,
-            derandomize=DERANDOMIZE,
             tally={"ipc, unpaired": lambda c: c.transport in IPC and not _pairs(host.case_plans(c), c.nranks)},
         )
     finally:

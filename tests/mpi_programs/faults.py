@@ -35,6 +35,11 @@ def main() -> int:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     (pids / str(rank)).write_text(str(os.getpid()))
+    # Every rank up before gridcomm's short timeout applies: on a busy machine one rank's start-up (imports)
+    # can lag another's by seconds. Polled with sleeps, so that the ranks still starting get the cores.
+    started = world.Ibarrier()
+    while not started.Test():
+        time.sleep(0.01)
     faulty = rank == size - 1
     transport = MpiTransport(method="neighbor") if transport_name == "neighbor" else transport_name
     d = CartesianDecomposition(world, (8 * size, 6, 5), halo=1, periodic=True, proc_grid=(size, 1, 1))

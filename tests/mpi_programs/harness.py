@@ -7,7 +7,9 @@ that a bug there cannot hide a bug in the exchange.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -23,9 +25,6 @@ from gridcomm.transports import IpcTransport, MpiTransport, StagedTransport
 # GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
 # tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
 ON_GPU = os.environ.get("GRIDCOMM_CHECK_DEVICE", "") == "gpu"
-
-# Property tests draw the same examples every run unless GRIDCOMM_PROPERTY_RANDOM=1.
-DERANDOMIZE = os.environ.get("GRIDCOMM_PROPERTY_RANDOM", "") != "1"
 
 # Every correctness check runs over each of these. On the host: the four configurations of the MPI
 # transport, cma, and "auto" (whatever gridcomm picks here); the property test also draws "mpi" (the name,
@@ -438,20 +437,70 @@ def run_everywhere(
     return [(r, p) for r, p in enumerate(everyone or []) if p]
 
 
-def property_settings(max_examples: int, derandomize: bool = True) -> Any:
-    """The hypothesis settings of every property test here: no deadline (MPI and GPU work vary in time), no
-    example database, every health check off (cases are drawn from large strategies on purpose), and the
-    blob that reproduces a failure printed."""
-    from hypothesis import HealthCheck, settings
+def _property_seed(text: str) -> int:
+    if text == "random":
+        return random.SystemRandom().randrange(2**32)
+    try:
+        return int(text)
+    except ValueError:
+        raise SystemExit(f"GRIDCOMM_PROPERTY_SEED={text!r}: give an integer, or 'random' for a new seed") from None
 
-    return settings(
-        max_examples=max_examples,
-        deadline=None,
-        derandomize=derandomize,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
+
+# Every property test (here and in process, see tests/conftest.py) draws its examples from this seed: the same
+# examples every run (seed 0) unless GRIDCOMM_PROPERTY_SEED names another seed or "random" (a new one, printed).
+PROPERTY_SEED = _property_seed(os.environ.get("GRIDCOMM_PROPERTY_SEED", "0"))
+# Multiplies every property test's number of examples: 4 searches four times as hard, 0.1 is a quick look.
+PROPERTY_SCALE = float(os.environ.get("GRIDCOMM_PROPERTY_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    """A property test's ``n`` examples times GRIDCOMM_PROPERTY_SCALE (at least one)."""
+    return max(1, math.ceil(n * PROPERTY_SCALE))
+
+
+def replay_hint() -> str:
+    """What reproduces this run's examples (the seed; the scale too when it is not 1)."""
+    scale = f" GRIDCOMM_PROPERTY_SCALE={PROPERTY_SCALE:g}" if PROPERTY_SCALE != 1 else ""
+    return f"the examples came from GRIDCOMM_PROPERTY_SEED={PROPERTY_SEED}{scale}: set it to replay them"
+
+
+def property_settings(max_examples: int) -> Callable[[Callable], Callable]:
+    """Decorator (over @given) of every property test here: (at most) ``max_examples`` examples drawn from
+    PROPERTY_SEED, no deadline (MPI and GPU work vary in time, the more on a busy machine), no example
+    database, every health check off (cases are drawn from large strategies on purpose); a failure prints the
+    blob that reproduces its shrunk example and carries replay_hint() as a note."""
+    from hypothesis import HealthCheck, seed, settings
+
+    def apply(test: Callable) -> Callable:
+        test = seed(PROPERTY_SEED)(
+            settings(
+                max_examples=max_examples,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                print_blob=True,
+            )(test)
+        )
+
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return test(*args, **kwargs)
+            except BaseException as exc:
+                exc.add_note(replay_hint())
+                raise
+
+        return noted
+
+    return apply
+
+
+def rank_counts(world_size: int, few: int = 3) -> Any:
+    """Strategy: how many ranks an example runs on, 1 to ``world_size``. Half of the draws take at most ``few``:
+    an example on many ranks sharing few cores costs several times one on 1 to 3, so the examples a run can
+    afford go mostly to the cheap rank counts while every count still comes up (and shrinks towards 1)."""
+    from hypothesis import strategies as st
+
+    return st.one_of(st.integers(1, min(few, world_size)), st.integers(1, world_size))
 
 
 def run_property(
@@ -460,7 +509,6 @@ def run_property(
     run_case: Callable[[Any, Any], list[str]],
     max_examples: int,
     *,
-    derandomize: bool = True,
     nranks: Callable[[Any], int] = lambda case: case.nranks,
     tally: Mapping[str, Callable[[Any], bool]] | None = None,
 ) -> None:
@@ -472,6 +520,7 @@ def run_property(
     hypothesis sees the failure and can shrink it to a small case; the other ranks just follow broadcasts
     until rank 0 sends None. Every rank returns normally except rank 0, which raises the (shrunk) failure.
 
+    ``max_examples`` is scaled by GRIDCOMM_PROPERTY_SCALE (examples()); the examples come from PROPERTY_SEED.
     ``tally`` names counters printed with the number of examples at the end, e.g. {"must raise": pred}.
     NVSHMEM allocates over every process of the job, so an example drawing transport "nvshmem" on fewer ranks
     than ``comm`` has is rejected (tests/mpi_programs/checks_exchange.py checks that such a request is refused).
@@ -480,7 +529,7 @@ def run_property(
     # example's cost: here "auto" takes the order of preference (checks_exchange's
     # check_auto_measures_the_plan_and_remembers checks the measured choice).
     with environment(GRIDCOMM_AUTO=os.environ.get("GRIDCOMM_AUTO") or "order"):
-        _run_property(comm, strategy, run_case, max_examples, derandomize, nranks, tally)
+        _run_property(comm, strategy, run_case, max_examples, nranks, tally)
 
 
 @contextlib.contextmanager
@@ -503,7 +552,6 @@ def _run_property(
     strategy: Any,
     run_case: Callable[[Any, Any], list[str]],
     max_examples: int,
-    derandomize: bool,
     nranks: Callable[[Any], int],
     tally: Mapping[str, Callable[[Any], bool]] | None,
 ) -> None:
@@ -519,7 +567,7 @@ def _run_property(
     tally = dict(tally or {})
     counts = {"examples": 0, **dict.fromkeys(tally, 0)}
 
-    @property_settings(max_examples, derandomize)
+    @property_settings(examples(max_examples))
     @given(st.data())
     def property_holds(data: Any) -> None:
         case = data.draw(strategy, label="case")
@@ -538,7 +586,8 @@ def _run_property(
         broadcast(comm, None)
         noted = ", ".join(f"{counts[name]} {name}" for name in tally)
         print(
-            f"# {counts['examples']} examples{f' ({noted})' if noted else ''} in {time.perf_counter() - start:.1f} s",
+            f"# {counts['examples']} examples{f' ({noted})' if noted else ''} in {time.perf_counter() - start:.1f} s"
+            f" (seed {PROPERTY_SEED})",
             flush=True,
         )
 
