@@ -45,9 +45,9 @@ def test_missing_nvshmem4py_names_the_extra(no_nvshmem4py, comm):
 
 
 def test_host_arrays_are_refused(comm):
-    assert "GPU arrays only" in NvshmemTransport().unusable_reason(comm, on_device=False)
+    assert "GPU memory only" in NvshmemTransport().unusable_reason(comm, on_device=False)
     d = gridcomm.CartesianDecomposition(comm, (8, 6), halo=1, periodic=True)
-    with pytest.raises(TransportError, match="GPU arrays only"):
+    with pytest.raises(TransportError, match="GPU memory only"):
         gridcomm.HaloExchanger(d, d.zeros(), "nvshmem")
 
 
@@ -95,9 +95,9 @@ def test_built_kernels_are_cached_by_source_and_options(tmp_path, monkeypatch):
 
 def test_kernel_sources_ship_beside_the_modules():
     package = Path(gridcomm.__file__).parent
-    assert (package / "packing" / "kernels" / "nvshmem.cu").exists()
-    assert (package / "apps" / "stencil2d" / "jacobi2d_nvshmem.cu").exists()
-    assert (package / "packing" / "kernels" / "gpu_waits.cuh").exists()
+    assert (package / "transports" / "nvshmem.cu").exists()
+    assert (package / "lab" / "apps" / "stencil2d" / "jacobi2d_nvshmem.cu").exists()
+    assert (package / "transports" / "gpu_waits.cuh").exists()
     # the paths the transport and the stencil modes build from
     from gridcomm.lab.apps.stencil2d import shmem_kernel
     from gridcomm.transports import nvshmem

@@ -31,7 +31,7 @@ from gridcomm.lab.apps.stencil2d.cuda_kernel import block_shape, launch_geometry
 from gridcomm.lab.bench.stencil2d import SEED_004_US, benchmark_stencil2d, plot_stencil2d
 
 PROGRAM = Path(__file__).resolve().parent / "mpi_programs" / "stencil2d_ranks.py"
-SOURCE = Path(__file__).resolve().parents[1] / "src" / "gridcomm" / "apps" / "stencil2d" / "jacobi2d.cu"
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "gridcomm" / "lab" / "apps" / "stencil2d" / "jacobi2d.cu"
 NVCC = shutil.which("nvcc")
 
 

@@ -759,7 +759,12 @@ def disagreement(draw: Any, n: int, args: dict[str, Any]) -> tuple[Fault, dict[s
     if what == "decomposition":
         other = draw(other_decomposition(n, args["decomposition"]))
         fault = Fault(
-            f"decomposition {other} on rank {rank}", ("PatternError",), ("different decompositions",), rank, True
+            f"decomposition {other} on rank {rank}",
+            ("PatternError",),
+            # the decomposition's constructor sees most differences, the exchanger those of sub-communicators
+            (("different decompositions", "different arguments to CartesianDecomposition"),),
+            rank,
+            True,
         )
         return fault, {"decomposition": {**args["decomposition"], **other}}
     if what == "transport":
