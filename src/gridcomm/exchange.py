@@ -157,6 +157,9 @@ class BoundExchange:
     _what: ClassVar[str] = "exchange"
     #: What another rank's error says it rejected ("rank 2 rejected its fields: ...").
     _checked: ClassVar[str] = "fields"
+    #: True where some selection cannot be described as memory runs: "auto" then measures no transport that
+    #: copies between the arrays directly.
+    _packed_only = False
 
     comm: Communicator
     sources: list[Any]
@@ -282,6 +285,12 @@ class BoundExchange:
         keep the fastest (or the one remembered for a plan of this shape); False where fewer than two candidates
         can move these fields (the order of preference decides then)."""
         usable = auto.usable_candidates(available(self.comm, self.on_device), self.on_device)
+        if self._packed_only:
+            usable = {
+                label: candidate
+                for label, candidate in usable.items()
+                if choose(candidate, self.comm, self.on_device).packer_kind(self.on_device) != "direct"
+            }
         if len(usable) < 2:
             return False
         key = auto.plan_shape(self.comm, self.layout)

@@ -484,8 +484,10 @@ class Transposer(BoundExchange):
     def _fall_back_unless_runs(self, transport: str | Transport) -> None:
         """Collective: a transport that copies between the arrays directly, and every GPU transport (the
         kernels and copy engines move runs), needs every box as memory runs; where some box is not, 'auto'
-        on the host takes the next transport, and otherwise PatternError."""
-        if not self.on_device and self.transport.packer_kind(False) != "direct":
+        on the host takes the next transport (and measures none that copies directly), and otherwise
+        PatternError."""
+        direct = self.on_device or self.transport.packer_kind(False) == "direct"
+        if not direct and transport != "auto":
             return
         problems = [p for p in self.comm.mpi.allgather(self._runs_problem) if p]
         if not problems:
@@ -496,7 +498,9 @@ class Transposer(BoundExchange):
                 "spanning the last axes fully (or reshape the arrays so that they do)"
             )
         if transport == "auto":
-            self.transport = choose("auto", self.comm, False, exclude=(self.transport.name,))
+            self._packed_only = True
+            if direct:
+                self.transport = choose("auto", self.comm, False, exclude=(self.transport.name,))
             return
         raise PatternError(
             f"transport {self.transport.name!r} copies between the arrays directly and cannot describe {problems[0]}; "
