@@ -18,7 +18,7 @@ import numpy as np
 from .arrays import array_list, array_module, as_array, check_dtype, check_writable, is_device_array, memory_order
 from .comm import Communicator, check_on_timeout, check_timeout, gather_or_raise, give_up
 from .errors import ArgumentTypeError, FieldError, GridcommError, GridcommTimeout, PatternError, TransportError
-from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
+from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, OwnCopier, local_copies
 from .packing.cuda import CudaPacker
 from .pattern import Pattern, PeerPlan
 from .transports import Transport, auto, auto_choice_reason, available, choose, requested
@@ -237,11 +237,17 @@ class BoundExchange:
         kind = self.transport.packer_kind(self.on_device)
         specs = self.layout.fields
         own = self._own_layout()
-        # What this rank sends itself and no kernel copies: view to view on the host (or on the exchange's
-        # stream), through a scratch array where the boxes are cut differently on the two sides.
+        # What this rank sends itself and no kernel copies: on the host, packed and unpacked a cache-sized chunk at a
+        # time (a call or two per exchange); on the GPU, view to view on the exchange's stream, through a scratch
+        # array where the boxes are cut differently on the two sides.
         copied = self._own is not None and own is None
         self._local_copies: list[tuple[Any, Any]] = (
-            local_copies(self._own, specs, self.sources, self.destinations, self.xp) if copied else []
+            local_copies(self._own, specs, self.sources, self.destinations, self.xp)
+            if copied and self.on_device
+            else []
+        )
+        self._own_copier = (
+            OwnCopier(specs, self.sources, self.destinations, self._own) if copied and not self.on_device else None
         )
         # Bytes copied outside the transport's kernels from this rank to itself per exchange.
         own_items = self._own.recv_size if copied else 0
@@ -256,7 +262,7 @@ class BoundExchange:
         elif kind == "direct":
             self.packer = DirectPacker(self.layout, self.sources, destinations=self.destinations)
         else:
-            self.packer = CopyPacker(self.layout, self.sources, self.xp, self.destinations)
+            self.packer = CopyPacker(self.layout, self.sources, self.destinations)
         self.channel = self.transport.bind(self.comm, self.packer, self.tag)
 
     def _bind_or_fall_back(self, transport: str | Transport) -> None:
@@ -309,8 +315,7 @@ class BoundExchange:
                 continue
             self._ready()
             seconds[label] = auto.time_exchanges(self.comm, self.exchange, self._synchronize)
-            self.channel.close()
-            self.packer.close()
+            self._unbind()
         measured = auto.pick(seconds, list(usable))
         auto.remember(self.comm, key, measured.chosen)
         self.transport = choose(usable[measured.chosen], self.comm, self.on_device)
@@ -319,6 +324,13 @@ class BoundExchange:
         if self.comm.rank == 0:
             auto.log.info("%s: %s", type(self).__name__, measured.reason)
         return True
+
+    def _unbind(self) -> None:
+        """Free what ``_bind`` made (requests, datatypes, buffers)."""
+        self.channel.close()
+        self.packer.close()
+        if self._own_copier is not None:
+            self._own_copier.close()
 
     def _synchronize(self) -> None:
         """Wait until this rank's exchanges have finished (the device, for GPU fields)."""
@@ -367,13 +379,16 @@ class BoundExchange:
             self._give_up(error)
         self.packer.pack()
         self.channel.start(stream)
-        if self._local_copies:  # overlaps with the messages in flight
+        if self._local_copies or self._own_copier is not None:  # overlaps with the messages in flight
             self._copy_own(stream)
         self.count += 1
         self._handle.done, self._handle.stream = False, stream
         return self._handle
 
     def _copy_own(self, stream: Any) -> None:
+        if self._own_copier is not None:
+            self._own_copier.copy()
+            return
         with contextlib.nullcontext() if stream is None else stream:
             for dst, src in self._local_copies:
                 self.xp.copyto(dst, src)
@@ -456,10 +471,10 @@ class BoundExchange:
             raise GridcommError("close() while an exchange is in flight; wait() for it first")
         for graph in self._graphs:
             graph.close()
-        self.channel.close()
-        self.packer.close()
+        self._unbind()
         # Buffers (host, pinned, device), flag arrays and events go now, not when the collector finds this object.
-        self.channel = self.packer = self._validator = self._local_copies = None  # type: ignore[assignment]
+        self.channel = self.packer = self._validator = None  # type: ignore[assignment]
+        self._local_copies, self._own_copier = [], None
         self._handle.stream = None  # the caller's stream: not ours to keep alive
         self._closed = True
 
