@@ -37,7 +37,7 @@ dist-check: $(BIN)/gridcomm
 	bash .ci/dist-check $(PYTHON)
 
 # The benchmarks' optional peers (docs/benchmarks.md, Peers): GHEX built from its sdist against the MPI of this
-# venv (about 8 minutes on 2 cores), and mpi4py-fft. Both need headers from the system (Debian:
+# venv (5-8 minutes on 2 cores), and mpi4py-fft. Both need headers from the system (Debian:
 # apt-get install libnuma-dev libfftw3-dev).
 GHEX_CMAKE_ARGS = -DBoost_INCLUDE_DIR=$$($(BIN)/python -c 'import boost_headers; print(boost_headers.get_include())') \
 	-DMPI_C_COMPILER=$(abspath $(BIN))/mpicc -DMPI_CXX_COMPILER=$(abspath $(BIN))/mpicxx
