@@ -27,6 +27,7 @@ import numpy as np
 
 from ..pattern import Box, PeerPlan, Selection
 from .datatype import selection_type
+from .geometry import RunGrid, run_grid
 from .layout import BufferedMessages, FieldSpec, Layout, PeerMessage
 
 
@@ -36,11 +37,13 @@ def _address(a: Any) -> int:
 
 @dataclass(frozen=True)
 class _Piece:
-    """One member of a struct datatype: selection ``sel`` of ``array`` (traversed as ``spec`` says), or, with no
-    selection, ``nbytes`` plain bytes at ``address`` (a padding gap's scratch bytes)."""
+    """One member of a struct datatype, ``nbytes`` at ``address``: the runs of ``grid`` (a selection of a field,
+    ``address`` its first byte), selection ``sel`` of ``array`` (traversed as ``spec`` says) where no run grid
+    describes it, or, with neither, plain bytes (a padding gap's scratch bytes)."""
 
     address: int
     nbytes: int
+    grid: RunGrid | None = None
     array: Any = None
     spec: FieldSpec | None = None
     sel: Selection | None = None
@@ -48,15 +51,37 @@ class _Piece:
     def datatype(self) -> Any:
         from mpi4py import MPI
 
-        if self.sel is None:
-            return MPI.BYTE.Create_contiguous(self.nbytes)
-        return selection_type(self.array.shape, self.spec, self.sel)
+        if self.grid is not None:
+            # Each run a block of the widest integer dividing it, in vectors of runs: MPICH's engine copies those
+            # at NumPy's speed or better, where a subarray type of the elements took 1.6x NumPy's time (32² x 60
+            # float64, 4 fields) and a run of plain bytes 10x (it copies those byte by byte).
+            g = self.grid
+            unit = next(u for u in (8, 4, 2, 1) if g.run_bytes % u == 0)
+            integer = {8: MPI.INT64_T, 4: MPI.INT32_T, 2: MPI.INT16_T, 1: MPI.BYTE}[unit]
+            run = integer.Create_contiguous(g.run_bytes // unit)
+            if g.index is None:
+                inner = run.Create_hvector(g.n1, 1, g.stride1)
+            else:
+                inner = run.Create_hindexed_block(1, (g.index * g.stride1).tolist())
+            outer = inner.Create_hvector(g.n0, 1, g.stride0)
+            run.Free()
+            inner.Free()
+            return outer
+        if self.sel is not None:
+            return selection_type(self.array.shape, self.spec, self.sel)
+        return MPI.BYTE.Create_contiguous(self.nbytes)
 
 
 def _selection(array: Any, spec: FieldSpec, sel: Selection) -> list[_Piece]:
     """The piece of ``sel`` in ``array``, or none for an empty selection (MPI has no empty subarray)."""
     nbytes = sel.size * spec.row_items * spec.dtype.itemsize
-    return [_Piece(_address(array), nbytes, array, spec, sel)] if nbytes else []
+    if not nbytes:
+        return []
+    try:
+        grid = run_grid(array.shape, spec, sel)
+    except ValueError:  # more than 2 axes outside the contiguous runs: MPI's own subarray type
+        return [_Piece(_address(array), nbytes, None, array, spec, sel)]
+    return [_Piece(_address(array) + grid.start, nbytes, grid)]
 
 
 class _Struct:
