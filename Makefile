@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NP ?= 4
 
-.PHONY: demo test docs dist-check lint bench clean
+.PHONY: demo test docs dist-check lint bench peers clean
 
 $(BIN)/gridcomm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,18 @@ docs: $(VENV)/.docs
 # A wheel and an sdist built from this tree, each installed into a fresh venv and run there.
 dist-check: $(BIN)/gridcomm
 	bash .ci/dist-check $(PYTHON)
+
+# The benchmarks' optional peers (docs/benchmarks.md, Peers): GHEX built from its sdist against the MPI of this
+# venv (5-8 minutes on 2 cores), and mpi4py-fft. Both need headers from the system (Debian:
+# apt-get install libnuma-dev libfftw3-dev).
+GHEX_CMAKE_ARGS = -DBoost_INCLUDE_DIR=$$($(BIN)/python -c 'import boost_headers; print(boost_headers.get_include())') \
+	-DMPI_C_COMPILER=$(abspath $(BIN))/mpicc -DMPI_CXX_COMPILER=$(abspath $(BIN))/mpicxx
+peers: $(BIN)/gridcomm
+	@test -f /usr/include/numa.h || { echo "make peers: numa.h is missing (Debian: apt-get install libnuma-dev)"; exit 1; }
+	@test -f /usr/include/fftw3.h || { echo "make peers: fftw3.h is missing (Debian: apt-get install libfftw3-dev)"; exit 1; }
+	$(BIN)/python -m pip install --quiet -e '.[peers]' boost-headers scikit-build-core nanobind cmake ninja
+	CMAKE_ARGS="$(GHEX_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 PATH="$(abspath $(BIN)):$$PATH" \
+		$(BIN)/python -m pip install --quiet --no-build-isolation ghex==0.9.0
 
 bench: $(BIN)/gridcomm
 	$(BIN)/gridcomm bench halo --np 2 --out benchmarks/results

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -180,6 +181,43 @@ def test_bench_halo_mixed_times_one_exchange_against_three(tmp_path):
         for name, ways in r["times"].items():
             assert set(ways) == {"one", "three", "three overlapped"}
             assert all(w["median_s"] > 0 for w in ways.values()) and r["three_over_one"][name] > 0
+
+
+def test_bench_transpose_writes_results_beside_its_peers(tmp_path):
+    """Every figure checked equal before timing (a mismatch stops the run); the hand-written pack + Alltoallv is
+    always there, mpi4py-fft where installed, else one line says why."""
+    out = gridcomm("bench", "transpose", "--np", "2", "--quick", "--out", str(tmp_path))
+    assert "slab redistribution of an N³ float64 array on 2 rank(s)" in out
+    (path,) = tmp_path.glob("transpose-cpu-2r-*.json")
+    payload = json.loads(path.read_text())
+    rows = payload["results"]
+    assert [r["n"] for r in rows] == [16, 32] and all(r["bytes_total"] == r["n"] ** 3 * 8 for r in rows)
+    assert all(set(r["variants"]) == {"mpi", "cma"} and r["best"] in r["variants"] for r in rows)
+    installed = importlib.util.find_spec("mpi4py_fft") is not None
+    peers = {"pack+Alltoallv", "mpi4py-fft"} if installed else {"pack+Alltoallv"}
+    assert all(set(r["peers"]) == peers and set(r["peers_over_best"]) == peers for r in rows)
+    assert (payload["config"]["peers"]["mpi4py-fft"] is None) == installed
+    assert installed or "skipped: mpi4py-fft not installed" in out
+
+
+def test_bench_peers_that_cannot_load_are_skipped_in_one_line(tmp_path):
+    """A peer that is missing (or built against another MPI, so that its import fails) is skipped: one line says
+    which and how to get it, the result file keeps the reason, and the benchmark runs the rest."""
+    stubs = tmp_path / "stubs"
+    for module in ("ghex", "mpi4py_fft"):
+        (stubs / module).mkdir(parents=True)
+        (stubs / module / "__init__.py").write_text("raise ImportError('libmpi.so.12: cannot open shared object')\n")
+    pythonpath = os.pathsep.join([str(stubs), os.environ.get("PYTHONPATH", "")])
+    for command, label in (("halo", "GHEX"), ("transpose", "mpi4py-fft")):
+        proc = run_gridcomm("bench", command, "--np", "1", "--quick", "--out", str(tmp_path), PYTHONPATH=pythonpath)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-4000:]
+        (line,) = [x for x in out.splitlines() if x.startswith("skipped:")]
+        assert f"skipped: {label} cannot load: libmpi.so.12" in line and "docs/benchmarks.md, Peers" in line
+        (path,) = tmp_path.glob(f"{command}-cpu-1r-*.json")
+        payload = json.loads(path.read_text())
+        assert "cannot load" in payload["config"]["peers"][label]
+        assert all(label not in r["peers"] for r in payload["results"])
 
 
 def test_ranks_share_the_cores_between_their_blas_threads(monkeypatch):

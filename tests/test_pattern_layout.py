@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gridcomm import Box, CartesianDecomposition, Pattern, PatternError, PeerPlan
-from gridcomm.packing import CopyPacker, FieldSpec, Layout
+from gridcomm.packing import CopyPacker, FieldSpec, Layout, OwnCopier
 from gridcomm.packing.layout import ALIGNMENT
 
 
@@ -118,16 +118,29 @@ def assert_disjoint(spans):
     decompositions(max_ranks=8),
     st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=3),
     st.integers(0, 2**32 - 1),
+    st.sampled_from([1, 64, 256 << 10]),
 )
-def test_copy_packer_messages_simulated_serially(ranks, fields, seed):
-    """Pack on every rank, move each message's bytes to its receiver, unpack: exact result for every field."""
+def test_copy_packer_messages_simulated_serially(ranks, fields, seed, chunk):
+    """Pack on every rank (what it sends itself copied by an OwnCopier, as an exchanger does, in chunks of at
+    most ``chunk`` bytes where its boxes allow), move each message's bytes to its receiver, unpack: exact result
+    for every field."""
     specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
     d0 = ranks[0]
     globals_ = [random_global(d0.global_shape, dt, seed + i) for i, (dt, _) in enumerate(fields)]
     arrays = [[local_with_sentinel(d, g, order) for g, (_, order) in zip(globals_, fields, strict=True)] for d in ranks]
-    packers = [CopyPacker(Layout.build(d.pattern(), specs), arrays[r], np) for r, d in enumerate(ranks)]
+    packers, copiers = [], []
+    for r, d in enumerate(ranks):
+        full = d.pattern()
+        others = Pattern(full.local_shape, tuple(p for p in full.peers if p.rank != r), full.trailing_axes)
+        own = next((p for p in full.peers if p.rank == r), None)
+        packers.append(CopyPacker(Layout.build(others, specs), arrays[r]))
+        if own is not None:
+            copiers.append(OwnCopier(specs, arrays[r], arrays[r], [own] * len(specs), chunk_bytes=chunk))
     for p in packers:
         p.pack()
+    for c in copiers:
+        c.copy()
+        c.close()
     for sender, p in enumerate(packers):
         for i, m in enumerate(p.layout.sends):
             receiver = packers[m.peer]
@@ -141,6 +154,63 @@ def test_copy_packer_messages_simulated_serially(ranks, fields, seed):
             expect = expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil)
             problem = describe_mismatch(arrays[rank][i], expect)
             assert problem is None, f"rank {rank}, field {i} {fields[i]}: {problem}"
+
+
+@st.composite
+def cut_blocks(draw):
+    """A block of a source array and a block of a destination array of other shapes holding as many elements,
+    each cut along one axis into 1-3 boxes (differently on the two sides): what a rank sends itself in a
+    transposition whose blocks are cut differently."""
+
+    def side(extents):
+        shape = tuple(e + draw(st.integers(0, 2)) for e in extents)
+        start = tuple(draw(st.integers(0, n - e)) for n, e in zip(shape, extents, strict=True))
+        axis = draw(st.integers(0, len(extents) - 1))
+        cuts = (
+            sorted(set(draw(st.lists(st.integers(1, max(extents[axis] - 1, 1)), max_size=2))))
+            if extents[axis] > 1
+            else []
+        )
+        edges = [0, *cuts, extents[axis]]
+        boxes = []
+        for lo, hi in itertools.pairwise(edges):
+            first = list(start)
+            last = [s + e for s, e in zip(start, extents, strict=True)]
+            first[axis], last[axis] = start[axis] + lo, start[axis] + hi
+            boxes.append(Box(tuple(first), tuple(last)))
+        return shape, tuple(boxes)
+
+    a, b, c = (draw(st.integers(1, 4)) for _ in range(3))
+    src_shape, sent = side((a, b, c))
+    dst_shape, received = side(draw(st.sampled_from([(a, b, c), (a * b, c, 1), (c, a * b, 1), (a, b * c, 1)])))
+    return src_shape, sent, dst_shape, received
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cut_blocks(),
+    st.sampled_from(DTYPES),
+    st.sampled_from("CF"),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([1, 16, 256 << 10]),
+)
+def test_own_copier_copies_in_memory_order(blocks, dtype, order, seed, chunk):
+    """The elements of the send boxes, one after the other in the field's memory order, land in the receive
+    boxes in the same order, bit for bit, however the two sides are cut and however small the chunks."""
+    src_shape, sent, dst_shape, received = blocks
+    source = np.asarray(random_global(src_shape, dtype, seed), order=order)
+    destination = np.asarray(random_global(dst_shape, dtype, seed + 1), order=order)
+    expected = destination.copy(order="A")
+    stream = np.concatenate([source[b.slices].ravel(order=order) for b in sent])
+    at = 0
+    for b in received:
+        expected[b.slices] = stream[at : at + b.size].reshape(b.shape, order=order)
+        at += b.size
+    specs = (FieldSpec(np.dtype(dtype), order),)
+    copier = OwnCopier(specs, [source], [destination], [PeerPlan(0, sent, received)], chunk_bytes=chunk)
+    copier.copy()
+    copier.close()
+    assert np.array_equal(cell_bytes(destination), cell_bytes(expected)), (sent, received)
 
 
 def test_box():

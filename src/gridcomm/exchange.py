@@ -30,7 +30,7 @@ from .errors import (
     PatternError,
     TransportError,
 )
-from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, local_copies
+from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, OwnCopier, local_copies
 from .packing.copy import pairs_directly
 from .packing.cuda import CudaPacker
 from .pattern import FieldPatterns
@@ -323,8 +323,16 @@ class BoundExchange:
         own = self._own_layout()
         copied = self._own is not None and own is None
         specs = self.layout.fields
+        # What this rank sends itself and no kernel copies: on the host, packed and unpacked a cache-sized chunk at
+        # a time (a call or two per exchange); on the GPU, view to view on the exchange's stream, through a
+        # scratch array where the boxes are cut differently on the two sides.
         self._local_copies: list[tuple[Any, Any]] = (
-            local_copies(self._own, specs, self.sources, self.destinations, self.xp) if copied else []
+            local_copies(self._own, specs, self.sources, self.destinations, self.xp)
+            if copied and self.on_device
+            else []
+        )
+        self._own_copier = (
+            OwnCopier(specs, self.sources, self.destinations, self._own) if copied and not self.on_device else None
         )
         # Bytes copied outside the transports' kernels from this rank to itself per exchange.
         items = [plan.recv_size for plan in self._own] if copied else [0] * len(specs)
@@ -436,7 +444,7 @@ class BoundExchange:
         elif packer_kind == "direct":
             group.packer = DirectPacker(group.layout, self.sources, destinations=self.destinations)
         else:
-            group.packer = CopyPacker(group.layout, self.sources, self.xp, self.destinations)
+            group.packer = CopyPacker(group.layout, self.sources, self.destinations)
         group.channel = group.transport.bind(self.comm, group.packer, group.tag)
 
     def _make_lanes(self) -> list[Any]:
@@ -549,7 +557,7 @@ class BoundExchange:
             group.packer.stream = lane
             group.packer.pack()
             group.channel.start(lane)
-        if self._local_copies:  # overlaps with the messages in flight
+        if self._local_copies or self._own_copier is not None:  # overlaps with the messages in flight
             self._copy_own(stream)
         self.count += 1
         self._handle.done, self._handle.stream = False, stream
@@ -580,6 +588,9 @@ class BoundExchange:
         return any(group.channel.abandoned for group in self._groups)
 
     def _copy_own(self, stream: Any) -> None:
+        if self._own_copier is not None:
+            self._own_copier.copy()
+            return
         with contextlib.nullcontext() if stream is None else stream:
             for dst, src in self._local_copies:
                 self.xp.copyto(dst, src)
@@ -679,9 +690,12 @@ class BoundExchange:
             graph.close()
         for group in self._groups:
             group.close()
+        if self._own_copier is not None:
+            self._own_copier.close()
         # Buffers (host, pinned, device), flag arrays, events and streams go now, not when the collector finds
         # this object.
-        self._groups, self._lanes, self._validator, self._local_copies = [], [], None, None  # type: ignore[assignment]
+        self._groups, self._lanes, self._validator = [], [], None
+        self._local_copies, self._own_copier = [], None
         self._handle.stream = None  # the caller's stream: not ours to keep alive
         self._closed = True
 

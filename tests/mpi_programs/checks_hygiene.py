@@ -245,9 +245,15 @@ def held_buffers(root: Any, user_arrays: list[Any]) -> list[str]:
 
 
 def unfreed(handles: list[Any]) -> str | None:
-    """What of ``handles`` (taken before a close) is still allocated, or None."""
+    """What of ``handles`` (taken before a close) is still allocated, or None. Predefined handles (COMM_SELF, say,
+    which packs locally) are never freed and do not count."""
     nulls = (MPI.COMM_NULL, MPI.DATATYPE_NULL, MPI.REQUEST_NULL)
-    left = [h for h in handles if h not in nulls and not (isinstance(h, MPI.Datatype) and h.is_predefined)]
+    predefined = (MPI.COMM_SELF, MPI.COMM_WORLD)
+    left = [
+        h
+        for h in handles
+        if h not in nulls and h not in predefined and not (isinstance(h, MPI.Datatype) and h.is_predefined)
+    ]
     if not left:
         return None
     return f"close() left {len(left)} MPI handle(s) allocated: {sorted({type(h).__name__ for h in left})}"

@@ -1,6 +1,6 @@
 """Packing: gathering the selected elements of many fields into per-peer messages, and back."""
 
-from .copy import CopyPacker, local_copies
+from .copy import CopyPacker, OwnCopier, local_copies
 from .datatype import DatatypePacker
 from .direct import DirectPacker
 from .geometry import RunGrid, run_grid
@@ -12,6 +12,7 @@ __all__ = [
     "DirectPacker",
     "FieldSpec",
     "Layout",
+    "OwnCopier",
     "PeerMessage",
     "RunGrid",
     "Segment",

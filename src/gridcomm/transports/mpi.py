@@ -63,6 +63,9 @@ def _timeout(comm: Communicator, operation: str, silent: list[int], elapsed: flo
 
 class _P2PChannel(Channel):
     def __init__(self, comm: Communicator, packer: Any, tag: int) -> None:
+        from mpi4py import MPI
+
+        self._startall, self._testall = MPI.Prequest.Startall, MPI.Request.Testall  # no lookups per exchange
         self._comm = comm
         layout = packer.layout
         self._recvs = [comm.mpi.Recv_init(packer.recv_message(i), m.peer, tag) for i, m in enumerate(layout.recvs)]
@@ -72,14 +75,13 @@ class _P2PChannel(Channel):
         self._all = self._recvs + self._sends
 
     def start(self, stream: Any = None) -> None:
-        from mpi4py import MPI
-
         if stream is not None:
             stream.synchronize()  # the packed data must be in memory before MPI reads it
-        MPI.Prequest.Startall(self._all)
+        self._startall(self._all)
 
     def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
-        from mpi4py import MPI
+        if self._testall(self._all):  # done already: no closures made
+            return
 
         def silent_peers(elapsed: float) -> GridcommTimeout:
             # Receives not arrived name the silent peers; unfinished sends only if every receive is in.
@@ -88,7 +90,7 @@ class _P2PChannel(Channel):
                 silent = sorted({p for r, p in zip(self._sends, self._send_peers, strict=True) if not r.Test()})
             return _timeout(self._comm, operation, silent, elapsed)
 
-        poll_until(lambda: MPI.Request.Testall(self._all), timeout, silent_peers)
+        poll_until(lambda: self._testall(self._all), timeout, silent_peers)
 
     def close(self) -> None:
         for request in self._all:

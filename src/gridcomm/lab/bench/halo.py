@@ -8,10 +8,16 @@ Each case is timed for every MPI transport variant and beside its floor, measure
   never written (what the issue defines as the floor);
 - ``floor_fresh``: the same, but each send buffer is rewritten before it is sent, as it is after a
   compute step (a real exchange always sends freshly written data, which costs cache-coherence traffic).
+
+And beside its peers where they are installed (bench/peers.py): GHEX's halo exchange of the same fields, its
+result checked equal to gridcomm's bit for bit before either is timed, waited for by GHEX's ``wait()`` ("GHEX")
+and as gridcomm waits ("GHEX polled": test, yield the core, test again). Every figure's samples are taken in
+turn with the others' (``time_interleaved``), so that the ratios hold on a machine shared with other work.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +26,11 @@ import numpy as np
 
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
+from ...errors import GridcommError
 from ...exchange import HaloExchanger
 from ...transports import CmaTransport, MpiTransport, Transport
-from ..measure.timing import time_collective
+from ..measure.timing import time_interleaved
+from .peers import GhexHalo, same_bits
 
 VARIANTS: dict[str, Transport] = {
     "cma": CmaTransport(),
@@ -103,21 +111,58 @@ def _row(case: HaloCase, decomposition: CartesianDecomposition, exchanger: HaloE
     }
 
 
-def run_case(comm: Communicator, case: HaloCase, samples: int) -> dict[str, Any]:
-    """Time every variant and both floors for ``case`` (collective, host fields); returns one result row."""
+def _ghex_peer(comm: Communicator, decomposition: CartesianDecomposition, fields: list[Any]) -> GhexHalo:
+    """GHEX's exchange of ``fields``, checked first on copies of them to give gridcomm's result bit for bit on every
+    rank (GridcommError otherwise); collective."""
+    ours, theirs = [f.copy() for f in fields], [f.copy() for f in fields]
+    with HaloExchanger(decomposition, ours, MpiTransport()) as exchanger:
+        exchanger.exchange()
+    checked = GhexHalo(decomposition, theirs)
+    checked.run()
+    checked.close()
+    if not same_bits(comm, ours, theirs):
+        raise GridcommError(
+            f"GHEX's halos differ from gridcomm's for {decomposition!r}; a peer's figure is only shown for the "
+            "same result (check that GHEX was built against the MPI that mpi4py loads)"
+        )
+    return GhexHalo(decomposition, fields)
+
+
+def peer_reasons(comm: Communicator) -> dict[str, str | None]:
+    """Collective: each peer of ``bench halo`` (by label) and why it is skipped here (None: it runs)."""
+    from .peers import LABELS, missing
+
+    return {LABELS["ghex"]: missing(comm, "ghex")}
+
+
+def run_case(
+    comm: Communicator, case: HaloCase, samples: int, peers: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """Time every variant, both floors and every peer that runs here (``peers``: from ``peer_reasons``) for
+    ``case`` (collective, host fields), their samples interleaved; returns one result row."""
     decomposition = _decomposition(comm, case)
     fields = _fields(decomposition, case, np)
-    timings = {}
-    for i, (name, transport) in enumerate(VARIANTS.items()):
-        with HaloExchanger(decomposition, fields, transport) as exchanger:
-            timings[name] = time_collective(comm.mpi, exchanger.exchange, samples=samples)
-            if i == 0:  # the floors move the same per-peer bytes as the exchanges
-                floor = time_collective(comm.mpi, _floor(comm, exchanger, fresh=False), samples=samples)
-                floor_fresh = time_collective(comm.mpi, _floor(comm, exchanger, fresh=True), samples=samples)
-                row = _row(case, decomposition, exchanger)
+    with contextlib.ExitStack() as bound:
+        exchangers = {
+            name: bound.enter_context(HaloExchanger(decomposition, fields, transport))
+            for name, transport in VARIANTS.items()
+        }
+        first = next(iter(exchangers.values()))  # the floors move the same per-peer bytes as the exchanges
+        runs = {name: exchanger.exchange for name, exchanger in exchangers.items()}
+        runs |= {"floor": _floor(comm, first, fresh=False), "floor_fresh": _floor(comm, first, fresh=True)}
+        if (peers or {}).get("GHEX", "not asked for") is None:
+            ghex = _ghex_peer(comm, decomposition, fields)
+            bound.callback(ghex.close)
+            runs |= {"GHEX": ghex.run, "GHEX polled": ghex.run_polled}
+        timings = time_interleaved(comm.mpi, runs, samples=samples)
+        row = _row(case, decomposition, first)
+    floor, floor_fresh = timings.pop("floor"), timings.pop("floor_fresh")
+    peer_timings = {name: timings.pop(name) for name in [k for k in timings if k not in VARIANTS]}
     best = min(timings, key=lambda k: timings[k].median)
     return {
         **row,
+        "peers": {k: t.as_dict() for k, t in peer_timings.items()},
+        "peers_over_best": {k: t.median / timings[best].median for k, t in peer_timings.items()},
         "floor": floor.as_dict(),
         "floor_fresh": floor_fresh.as_dict(),
         "variants": {k: t.as_dict() for k, t in timings.items()},

@@ -56,6 +56,8 @@ def plot_halo(payload: dict[str, Any], png: Path) -> Path:
         mine, x, xlabel = halo_axis(rows, count)
         for name in mine[0]["variants"]:
             ax.loglog(x, [r["variants"][name]["median_s"] * 1e6 for r in mine], "o-", label=f"gridcomm {name}")
+        for name in mine[0].get("peers", {}):
+            ax.loglog(x, [r["peers"][name]["median_s"] * 1e6 for r in mine], "s-.", label=f"peer: {name}")
         ax.loglog(x, [r["floor"]["median_s"] * 1e6 for r in mine], "k--", label="floor: Isend/Irecv, contiguous")
         ax.loglog(x, [r["floor_fresh"]["median_s"] * 1e6 for r in mine], "k:", label="floor, send buffer rewritten")
         ax.set_title(f"{count} field(s), {mine[0]['levels']} levels, halo {mine[0]['halo']}")

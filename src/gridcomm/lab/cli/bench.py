@@ -20,6 +20,13 @@ bench_app = Typer(no_args_is_help=True, help="Benchmarks: each figure beside its
 HERE = Path(".")
 SamplesOption = Annotated[int, typer.Option(help="Timed samples per figure (median reported).")]
 GpuOption = Annotated[bool, typer.Option("--gpu/--cpu", help="Fields on the GPUs (one per rank) or on the host.")]
+PeersOption = Annotated[
+    bool,
+    typer.Option(
+        "--peers/--no-peers",
+        help="Also time the libraries a user could pick instead, where installed (docs/benchmarks.md, Peers).",
+    ),
+]
 
 
 @contextlib.contextmanager
@@ -76,10 +83,12 @@ def bench_halo(
         ),
     ] = False,
     out: OutOption = HERE,
+    peers: PeersOption = True,
 ) -> None:
     """Time per halo exchange against message size and field count, beside its floors measured in the same
-    run: bare MPI on the host; NCCL's own send/recv, the peer-copy and HBM ceilings on the GPU. With --mixed:
-    one exchange of fields of different halos and staggering against one exchange per field."""
+    run: bare MPI and GHEX (where installed) on the host; NCCL's own send/recv, the peer-copy and HBM ceilings on
+    the GPU. With --mixed: one exchange of fields of different halos and staggering against one exchange per
+    field."""
     default_sizes = "16,32,64,128,256,512,1024" if gpu else "8,16,32,64,128"
     size_list = [8, 32] if quick else int_list(sizes or default_sizes, "--sizes")
     field_list = [2] if quick else int_list(fields, "--fields")
@@ -88,13 +97,29 @@ def bench_halo(
         if mixed:
             _bench_halo_mixed(comm, gpu, size_list, levels, halo, samples, out)
         else:
-            _bench_halo(comm, gpu, size_list, field_list, levels, halo, samples, out)
+            _bench_halo(comm, gpu, size_list, field_list, levels, halo, samples, peers, out)
+
+
+def say_peers(comm: Any, reasons: dict[str, str | None]) -> None:
+    """Rank 0 says, one line each, which peers are skipped and why."""
+    if comm.rank == 0:
+        for reason in reasons.values():
+            if reason is not None:
+                console.print(f"skipped: {reason}")
 
 
 def _bench_halo(
-    comm: Any, gpu: bool, size_list: list[int], field_list: list[int], levels: int, halo: int, samples: int, out: Path
+    comm: Any,
+    gpu: bool,
+    size_list: list[int],
+    field_list: list[int],
+    levels: int,
+    halo: int,
+    samples: int,
+    peers: bool,
+    out: Path,
 ) -> None:
-    from ..bench.halo import cases, run_case, run_gpu_case
+    from ..bench.halo import cases, peer_reasons, run_case, run_gpu_case
     from ..bench.results import plot_halo, plot_halo_gpu
     from ..measure.machine import machine_info
 
@@ -106,9 +131,11 @@ def _bench_halo(
         def run(case: Any) -> dict[str, Any]:
             return run_gpu_case(comm, case, samples, names, hbm)
     else:
+        reasons = peer_reasons(comm) if peers else {}
+        say_peers(comm, reasons)
 
         def run(case: Any) -> dict[str, Any]:
-            return run_case(comm, case, samples)
+            return run_case(comm, case, samples, reasons)
 
     todo = cases(size_list, field_list, levels, halo)
     rows = []
@@ -126,6 +153,7 @@ def _bench_halo(
             "halo": halo,
             "samples": samples,
             "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil",
+            "peers": {} if gpu else reasons,
         }
         path, png = save(out, "halo", machine, config, rows, plot_halo_gpu if gpu else plot_halo)
         console.print(_halo_gpu_table(rows) if gpu else _halo_table(rows))
@@ -133,7 +161,7 @@ def _bench_halo(
 
 
 def _halo_table(rows: list[dict[str, Any]]) -> Any:
-    names = list(rows[0]["variants"])
+    names, peers = list(rows[0]["variants"]), list(rows[0]["peers"])
     body = []
     for r in rows:
         times = {n: f"{r['variants'][n]['median_s'] * 1e6:.1f}" for n in names}
@@ -144,14 +172,20 @@ def _halo_table(rows: list[dict[str, Any]]) -> Any:
                 str(r["fields"]),
                 f"{r['bytes_per_peer_mean'] / 1024:.0f}",
                 *cells,
+                *(f"{r['peers'][p]['median_s'] * 1e6:.1f}" for p in peers),
                 f"{r['floor']['median_s'] * 1e6:.1f}",
                 f"{r['floor_fresh']['median_s'] * 1e6:.1f}",
                 f"{r['best_over_floor']:.2f}x",
                 f"{r['best_over_floor_fresh']:.2f}x",
+                *([f"{min(r['peers_over_best'].values()):.2f}x"] if peers else []),
             ]
         )
-    columns = ["n×n", "fields", "KiB/peer", *names, "floor", "floor fresh", "best/floor", "best/fresh"]
-    return table("time per halo exchange (µs) (median; slowest rank)", columns, body)
+    columns = ["n×n", "fields", "KiB/peer", *names, *peers, "floor", "floor fresh", "best/floor", "best/fresh",
+               *(["peer/best"] if peers else [])]  # fmt: skip
+    title = "time per halo exchange (µs) (median; slowest rank)"
+    if peers:
+        title += "; peer/best: the fastest peer's time over gridcomm's best (above 1: gridcomm is faster)"
+    return table(title, columns, body)
 
 
 def _bench_halo_mixed(
@@ -317,6 +351,73 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
         say_written(path, png)
+
+
+@bench_app.command("transpose")
+def bench_transpose(
+    nprocs: NpOption = 2,
+    sizes: Annotated[str, typer.Option(help="Points N per side of the global N x N x N array, comma-separated.")] = (
+        "32,64,128,256"
+    ),
+    dtype: Annotated[str, typer.Option(help="Element type: float64 or complex128.")] = "float64",
+    samples: SamplesOption = 7,
+    quick: Annotated[bool, typer.Option(help="Two sizes, 3 samples: a smoke run.")] = False,
+    peers: PeersOption = True,
+    out: OutOption = HERE,
+) -> None:
+    """Time the slab redistribution of a distributed 3-D FFT (an N³ array split along axis 0 becomes split along
+    axis 1) by gridcomm's Transposer.slabs, beside a hand-written pack + MPI_Alltoallv and mpi4py-fft's
+    Pencil.transfer (where installed), all on the host, checked equal and measured in the same run."""
+    if dtype not in ("float64", "complex128"):
+        raise typer.BadParameter(f"{dtype!r}: use float64 or complex128", param_hint="'--dtype'")
+    size_list = [16, 32] if quick else int_list(sizes, "--sizes")
+    samples = 3 if quick else samples
+    with bench_ranks(nprocs, gpu=False) as comm:
+        _bench_transpose(comm, size_list, dtype, samples, peers, out)
+
+
+def _bench_transpose(comm: Any, size_list: list[int], dtype: str, samples: int, peers: bool, out: Path) -> None:
+    from ..bench.results import bytes_text
+    from ..bench.transpose import peer_reasons, run_transpose_case
+    from ..measure.machine import machine_info
+
+    reasons = peer_reasons(comm) if peers else {}
+    say_peers(comm, reasons)
+    rows = []
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task("transposition sizes", total=len(size_list))
+        for n in size_list:
+            rows.append(run_transpose_case(comm, n, dtype, samples, reasons))
+            bar.advance(task)
+    if comm.rank == 0:
+        machine = machine_info(comm.size, gpus_used=0)
+        config = {
+            "sizes": size_list,
+            "dtype": dtype,
+            "samples": samples,
+            "problem": "N x N x N array, slabs along axis 0 -> slabs along axis 1 (gridcomm.slab's blocks)",
+            "peers": reasons,
+        }
+        path, _ = save(out, "transpose", machine, config, rows)
+        names, peer_names = list(rows[0]["variants"]), list(rows[0]["peers"])
+        body = [
+            [
+                str(r["n"]),
+                bytes_text(r["bytes_per_rank_max"]),
+                *(
+                    f"[bold]{r['variants'][v]['median_s'] * 1e6:.1f}[/]"
+                    if v == r["best"]
+                    else f"{r['variants'][v]['median_s'] * 1e6:.1f}"
+                    for v in names
+                ),
+                *(f"{r['peers'][p]['median_s'] * 1e6:.1f} {r['peers_over_best'][p]:.2f}x" for p in peer_names),
+            ]
+            for r in rows
+        ]
+        columns = ["N", "per rank", *(f"gridcomm {v}" for v in names), *(f"{p}, /best" for p in peer_names)]
+        title = f"slab redistribution of an N³ {dtype} array on {comm.size} rank(s) (µs, median; slowest rank)"
+        console.print(table(title, columns, body))
+        say_written(path, None)
 
 
 @bench_app.command("stencil2d")

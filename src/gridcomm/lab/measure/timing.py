@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +42,25 @@ def time_collective(
     sample starts after a barrier and is the slowest rank's time per call. ``finish()`` ends each batch
     before the clock is read (for GPU work: synchronise the device).
     """
+    return time_interleaved(mpi_comm, {"": run}, samples=samples, min_sample_s=min_sample_s, warmup=warmup,
+                            finish=finish)[""]  # fmt: skip
+
+
+def time_interleaved(
+    mpi_comm: Any,
+    runs: Mapping[str, Callable[[], Any]],
+    *,
+    samples: int = 7,
+    min_sample_s: float = 0.02,
+    warmup: int = 3,
+    finish: Callable[[], Any] | None = None,
+) -> dict[str, Timing]:
+    """Time each of ``runs`` (by name) as ``time_collective`` does, their samples taken in turn (a, b, c, a, b,
+    c, ...): on a machine shared with other work each sees the same share of it, so that their ratios hold even
+    where their absolute times drift from one second to the next."""
     from mpi4py import MPI
 
-    def batch(calls: int) -> float:
+    def batch(run: Callable[[], Any], calls: int) -> float:
         mpi_comm.Barrier()
         start = time.perf_counter()
         for _ in range(calls):
@@ -53,8 +69,13 @@ def time_collective(
             finish()
         return mpi_comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX)
 
-    batch(warmup)
-    once = batch(1)
-    calls = max(1, min(10_000, int(min_sample_s / max(once, 1e-7))))
-    per_call = [batch(calls) for _ in range(samples)]
-    return Timing(statistics.median(per_call), min(per_call), samples, calls)
+    calls = {}
+    for name, run in runs.items():
+        batch(run, warmup)
+        once = batch(run, 1)
+        calls[name] = max(1, min(10_000, int(min_sample_s / max(once, 1e-7))))
+    per_call: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(samples):
+        for name, run in runs.items():
+            per_call[name].append(batch(run, calls[name]))
+    return {name: Timing(statistics.median(t), min(t), samples, calls[name]) for name, t in per_call.items()}

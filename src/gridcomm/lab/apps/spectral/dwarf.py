@@ -454,7 +454,7 @@ def run_spectral(
     them, adding up to its step), ``legendre_products_s`` (the slowest rank's seconds per step in the Legendre phase's
     matrix products alone; the rest of that phase moves their operands), ``gpu``, and the GPUs' energy per step
     [J] (``joules_per_step``, None off the GPU; ``energy``: gridcomm.lab.measure.energy's record), measured after the
-    timed steps over steps of its own that last at least ``bench.energy.ENERGY_REGION_S``."""
+    timed steps over steps of its own that last at least ``lab.measure.energy.ENERGY_REGION_S``."""
     grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
     levels, fields, steps = (
         whole_number(v, k, least=1) for v, k in ((levels, "levels"), (fields, "fields"), (steps, "steps"))

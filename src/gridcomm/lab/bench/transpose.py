@@ -1,0 +1,139 @@
+"""``gridcomm bench transpose``: the slab redistribution between the passes of a distributed 3-D FFT.
+
+A global array of N x N x N elements, split along axis 0 over the ranks (slabs, as ``gridcomm.slab`` cuts them),
+becomes the same array split along axis 1. It is timed, on the same data in the same run, for:
+
+- gridcomm: ``Transposer.slabs`` over each host transport (``mpi``: one packed message per peer; ``cma``: the
+  receiver reads the sender's blocks straight out of its array);
+- ``pack+Alltoallv``: what one writes by hand: each peer's block copied into a send buffer with NumPy, one
+  ``MPI_Alltoallv``, each received block copied into place;
+- mpi4py-fft's ``Pencil.transfer`` (one ``MPI_Alltoallw`` of subarray datatypes), where it is installed.
+
+Every result is checked equal, bit for bit, to gridcomm's before anything is timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...comm import Communicator
+from ...errors import GridcommError
+from ...slabs import slab
+from ...transports import MpiTransport, Transport
+from ...transpose import Transposer
+from ..measure.timing import time_interleaved
+from .peers import same_bits
+
+VARIANTS: dict[str, str | Transport] = {"mpi": MpiTransport(), "cma": "cma"}
+#: The hand-written peer's label.
+HAND = "pack+Alltoallv"
+
+
+class PackAlltoallv:
+    """The hand-written redistribution from slabs along axis 0 to slabs along axis 1 of a global array of ``shape``:
+    NumPy copies of each peer's block into one send buffer, ``MPI_Alltoallv``, copies out of the receive buffer."""
+
+    def __init__(self, comm: Communicator, shape: tuple[int, ...], source: np.ndarray, destination: np.ndarray) -> None:
+        self._mpi = comm.mpi
+        rows = [slab(shape, 0, q, comm.size) for q in range(comm.size)]  # what each rank holds before
+        columns = [slab(shape, 1, q, comm.size) for q in range(comm.size)]  # and after
+        sent = [source[:, c.start[1] : c.stop[1]] for c in columns]
+        received = [destination[r.start[0] : r.stop[0]] for r in rows]
+        self._send = np.empty(max(sum(b.size for b in sent), 1), dtype=source.dtype)
+        self._recv = np.empty(max(sum(b.size for b in received), 1), dtype=source.dtype)
+        send_counts = [b.size for b in sent]
+        recv_counts = [b.size for b in received]
+        send_displs = np.cumsum([0, *send_counts[:-1]]).tolist()
+        recv_displs = np.cumsum([0, *recv_counts[:-1]]).tolist()
+        self._packs = [(self._send[d : d + b.size].reshape(b.shape), b) for b, d in zip(sent, send_displs, strict=True)]
+        self._unpacks = [
+            (b, self._recv[d : d + b.size].reshape(b.shape)) for b, d in zip(received, recv_displs, strict=True)
+        ]
+        self._messages = ([self._send, (send_counts, send_displs)], [self._recv, (recv_counts, recv_displs)])
+
+    def run(self) -> None:
+        """One redistribution: pack, MPI_Alltoallv, unpack."""
+        for dst, src in self._packs:
+            np.copyto(dst, src)
+        self._mpi.Alltoallv(*self._messages)
+        for dst, src in self._unpacks:
+            np.copyto(dst, src)
+
+    def close(self) -> None:
+        self._packs = self._unpacks = []
+
+
+def peer_reasons(comm: Communicator) -> dict[str, str | None]:
+    """Collective: each library peer of ``bench transpose`` (by label) and why it is skipped here (None: it runs)."""
+    from .peers import LABELS, missing
+
+    return {LABELS["mpi4py_fft"]: missing(comm, "mpi4py_fft")}
+
+
+def run_transpose_case(
+    comm: Communicator, n: int, dtype: str, samples: int, peers: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """Time the redistribution of an ``n``³ array of ``dtype`` by every gridcomm variant, the hand-written
+    pack + Alltoallv and every library peer that runs here (``peers``: from ``peer_reasons``), each checked equal to
+    gridcomm's first; collective. One result row: times in seconds, ratios peer / best gridcomm variant."""
+    shape = (n, n, n)
+    before, after = slab(shape, 0, comm.rank, comm.size), slab(shape, 1, comm.rank, comm.size)
+    source = np.random.RandomState(comm.rank).random_sample(before.shape).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        source.imag = np.random.RandomState(comm.size + comm.rank).random_sample(before.shape)
+    makers: dict[str, Callable[[np.ndarray], Any]] = {
+        name: lambda d, t=transport: _Moved(Transposer.slabs(comm, shape, 0, 1, source, d, t))
+        for name, transport in VARIANTS.items()
+    }
+    makers[HAND] = lambda d: PackAlltoallv(comm, shape, source, d)
+    if (peers or {}).get("mpi4py-fft", "not asked for") is None:
+        from .peers import Mpi4pyFftSlabs
+
+        makers["mpi4py-fft"] = lambda d: Mpi4pyFftSlabs(comm, shape, 0, 1, source, d)
+    movers, reference = {}, None
+    try:
+        for name, make in makers.items():
+            destination = np.full(after.shape, np.nan, dtype=dtype)
+            movers[name] = make(destination)
+            movers[name].run()
+            if reference is None:
+                reference = destination
+            elif not same_bits(comm, [destination], [reference]):
+                raise GridcommError(
+                    f"{name}'s redistribution of the {n}³ {dtype} array differs from gridcomm's; a figure is only "
+                    "shown for the same result"
+                )
+        timings = time_interleaved(comm.mpi, {name: m.run for name, m in movers.items()}, samples=samples)
+    finally:
+        for mover in movers.values():
+            mover.close()
+    times = {name: timings[name] for name in VARIANTS}
+    best = min(times, key=lambda k: times[k].median)
+    peer_times = {name: t for name, t in timings.items() if name not in VARIANTS}
+    from mpi4py import MPI
+
+    return {
+        "n": n,
+        "dtype": dtype,
+        "ranks": comm.size,
+        "bytes_per_rank_max": comm.mpi.allreduce(source.nbytes, op=MPI.MAX),
+        "bytes_total": n**3 * source.itemsize,
+        "variants": {k: t.as_dict() for k, t in times.items()},
+        "best": best,
+        "peers": {k: t.as_dict() for k, t in peer_times.items()},
+        "peers_over_best": {k: t.median / times[best].median for k, t in peer_times.items()},
+    }
+
+
+class _Moved:
+    """A Transposer as the benchmark drives it: ``run()`` and ``close()``."""
+
+    def __init__(self, transposer: Transposer) -> None:
+        self.transposer = transposer
+        self.run = transposer.exchange
+
+    def close(self) -> None:
+        self.transposer.close()
