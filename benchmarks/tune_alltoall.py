@@ -41,7 +41,7 @@ def alltoall_rows(comm: Communicator, sizes: list[int], blocks: list[int], sampl
             transport = IpcTransport(blocks=count or None)
             with block_transposer(comm, nbytes, source, destination, transport) as transposer:
                 t = time_exchanger(comm, transposer, "ipc", samples)["ipc graph"].median
-            busbw = nbytes * (comm.size - 1) ** 2 / comm.size / t / 1e9
+            busbw = nbytes * (comm.size - 1) / t / 1e9  # out of each GPU: nccl-tests' busbw
             rows.append({"case": "alltoall", "bytes_per_peer": nbytes, "blocks": count, "median_s": t, "busbw": busbw})
             if comm.rank == 0:
                 print(f"alltoall {nbytes >> 20} MiB/peer blocks={count or 'all'}: {t * 1e6:.1f} µs, busbw {busbw:.0f}")

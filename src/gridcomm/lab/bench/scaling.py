@@ -1,9 +1,11 @@
-"""A model of time per step on many GPUs, built from figures measured on one and two (docs/scaling.md).
+"""A model of time per step on many GPUs, built from figures measured on one, two and four (docs/scaling.md).
 
 Inputs, read from result files of ``gridcomm bench``: each dwarf's time per step on one GPU (its kernels), the
-NVLink bandwidth (the peer-copy ceiling at the largest block) and the latency of one exchange over NVLink (an
-ipc all-to-all of 8 B replayed from a CUDA graph), both from a 2-GPU run; and, stated rather than measured, the
-network between nodes (bandwidth and latency per GPU) and the GPUs per node.
+NVLink bandwidth (the peer-copy ceiling at the largest block, every peer at once) and the latency of one exchange
+over NVLink (an ipc all-to-all of 8 B replayed from a CUDA graph), both from the all-to-all run of every GPU count
+measured (what one GPU gets falls as more of a node's GPUs send at once; counts beyond the largest measured take
+its figures); and, stated rather than measured, the network between nodes (bandwidth and latency per GPU) and the
+GPUs per node.
 
 An exchange moves its bytes to the peers of its node over NVLink and to other nodes over the network at the
 same time: it takes max(latency + bytes / bandwidth) over the two kinds of link it uses. A step is its compute
@@ -42,18 +44,39 @@ SPECTRAL_BYTES_PER_VALUE = 8
 
 
 @dataclass(frozen=True)
-class Machine:
-    """The links of the modelled machine (bandwidths per GPU and direction, GB/s; latencies in seconds)."""
+class Link:
+    """NVLink as measured with ``gpus`` GPUs of one node exchanging at once (an all-to-all): the bandwidth per GPU
+    and direction of every peer copy at once (GB/s), the latency of one exchange (s), and where they came from."""
 
-    nvlink_GBps: float
-    nvlink_latency_s: float
+    gpus: int
+    GBps: float
+    latency_s: float
+    source: str = "stated"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The links of the modelled machine (bandwidths per GPU and direction, GB/s; latencies in seconds). NVLink
+    is calibrated per count of GPUs exchanging at once: a node's GPUs share the switch, so what one GPU gets
+    falls as more of them send together (388 GB/s on 2 x H200, 265 GB/s each on 4)."""
+
+    nvlink: tuple[Link, ...]
     network_GBps: float = 50.0  # one 400 Gb/s NIC per GPU
     network_latency_s: float = 10e-6
     gpus_per_node: int = 8
 
-    def exchange_s(self, on_node_bytes: float, off_node_bytes: float) -> float:
-        """One exchange moving these bytes out of one GPU, NVLink and network at once."""
-        on = self.nvlink_latency_s + on_node_bytes / (self.nvlink_GBps * 1e9) if on_node_bytes > 0 else 0.0
+    def nvlink_at(self, gpus: int) -> Link:
+        """NVLink's figures for ``gpus`` GPUs exchanging at once (a node's at most): those measured on the most
+        GPUs not above that count, or on the fewest measured where every calibration has more."""
+        on_node = min(gpus, self.gpus_per_node)
+        ordered = sorted(self.nvlink, key=lambda link: link.gpus)
+        return next((link for link in reversed(ordered) if link.gpus <= on_node), ordered[0])
+
+    def exchange_s(self, on_node_bytes: float, off_node_bytes: float, gpus: int) -> float:
+        """One exchange moving these bytes out of one GPU, NVLink and network at once, with ``gpus`` GPUs in all
+        exchanging."""
+        link = self.nvlink_at(gpus)
+        on = link.latency_s + on_node_bytes / (link.GBps * 1e9) if on_node_bytes > 0 else 0.0
         off = self.network_latency_s + off_node_bytes / (self.network_GBps * 1e9) if off_node_bytes > 0 else 0.0
         return max(on, off)
 
@@ -100,34 +123,32 @@ class Inputs:
 
 def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: float) -> Inputs:
     """The model's inputs from the newest fitting result files in ``folder``; ``stated`` overrides the network
-    (network_GBps, network_latency_s, gpus_per_node). ValueError naming the missing benchmark."""
+    (network_GBps, network_latency_s, gpus_per_node). NVLink is calibrated on every GPU count an all-to-all was
+    run on (``links``). ValueError naming the missing benchmark."""
     runs = _runs(Path(folder))
     sources: dict[str, str] = {}
-    links = _newest(runs, "alltoall", 2)
+    alltoalls = {gpus: found for (name, gpus) in sorted(runs) if name == "alltoall" and gpus > 1
+                 if (found := _newest(runs, name, gpus))}  # fmt: skip
     if machine is None:
-        if links is None:
+        if 2 not in alltoalls:
             raise ValueError(f"no alltoall-gpu-2r-*.json in {folder}: run gridcomm bench alltoall --np 2 on 2 GPUs")
-        sources["links"], payload = links
-        rows = sorted(payload["results"], key=lambda r: r["bytes_per_peer"])
-        largest = rows[-1]
-        ceiling = largest["times"].get("peer copy kernel") or largest["times"]["peer copy"]
-        machine = Machine(
-            nvlink_GBps=largest["bytes_per_peer"] / ceiling["median_s"] / 1e9,
-            nvlink_latency_s=rows[0]["times"]["ipc graph"]["median_s"],
-            **stated,
-        )
+        machine = Machine(nvlink=tuple(_link(gpus, *found) for gpus, found in alltoalls.items()), **stated)
+    for gpus, (stem, _) in alltoalls.items():
+        sources[f"links, {gpus} GPUs"] = stem
     measured: list[dict[str, Any]] = []
-    if links is not None:
-        for r in links[1]["results"]:
-            measured.append(_point("alltoall", r["bytes_per_peer"], 2, r["times"]["ipc graph"]))
+    for gpus, (_, payload) in alltoalls.items():
+        for r in payload["results"]:
+            measured.append(_point("alltoall", r["bytes_per_peer"], gpus, r["times"]["ipc graph"]))
     stencil: dict[int, float] = {}
-    if found := _newest(runs, "stencil2d", 1, lambda p: any(r["mode"] == "graph" for r in p["results"])):
+    graph_mode = lambda p: any(r["mode"] == "graph" for r in p["results"])  # noqa: E731
+    if found := _newest(runs, "stencil2d", 1, graph_mode):
         sources["stencil2d"] = found[0]
         stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if r["mode"] == "graph"}
-    if found := _newest(runs, "stencil2d", 2, lambda p: any(r["mode"] == "graph" for r in p["results"])):
-        for r in found[1]["results"]:
-            if r["mode"] == "graph":
-                measured.append(_point("stencil2d", r["n"], 2, r["time_per_step_s"]))
+    for gpus in sorted(g for name, g in runs if name == "stencil2d" and g > 1):
+        if found := _newest(runs, "stencil2d", gpus, graph_mode):
+            for r in found[1]["results"]:
+                if r["mode"] == "graph":
+                    measured.append(_point("stencil2d", r["n"], gpus, r["time_per_step_s"]))
     mpdata: dict[str, tuple[int, int, float]] = {}
     if found := _newest(runs, "mpdata", 1):
         sources["mpdata"] = found[0]
@@ -139,11 +160,39 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
                         and p["results"][0].get("levels") == 137):  # fmt: skip
         sources["spectral"] = found[0]
         spectral = found[1]["results"][0]
+        measured += _spectral_points(runs, spectral)
     return Inputs(machine, sources, stencil, mpdata, spectral, measured)
 
 
+def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
+    """NVLink on ``gpus`` GPUs from an all-to-all run: the bandwidth of the peer-copy ceiling (every peer at once)
+    at the largest block, bytes out of each GPU per second, and the latency of an ipc all-to-all of the smallest
+    block replayed from a CUDA graph."""
+    rows = sorted(payload["results"], key=lambda r: r["bytes_per_peer"])
+    largest = rows[-1]
+    ceiling = largest["times"].get("peer copy kernel") or largest["times"]["peer copy"]
+    out_of_each_gpu = largest["bytes_per_peer"] * (gpus - 1) / ceiling["median_s"] / 1e9
+    return Link(gpus, out_of_each_gpu, rows[0]["times"]["ipc graph"]["median_s"], stem)
+
+
+def _spectral_points(runs: dict[tuple[str, int], list[Path]], one_gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fastest step measured on each GPU count for the one-GPU input's grid, levels and batch, each
+    transport's run without a pipeline (the model counts the transpositions whole)."""
+    points = []
+    for gpus in sorted(g for name, g in runs if name == "spectral" and g > 1):
+        for path in runs[("spectral", gpus)]:
+            steps = [r["time_per_step_s"] for r in json.loads(path.read_text())["results"]
+                     if (r["grid"], r.get("levels"), r.get("batch")) == (one_gpu["grid"], 137, one_gpu["batch"])
+                     and (r.get("pipeline") or 1) == 1]  # fmt: skip
+            if steps:
+                points.append(_point("spectral", one_gpu["truncation"], gpus, min(steps)))
+                break
+    return points
+
+
 def _point(dwarf: str, size: int, gpus: int, seconds: Any) -> dict[str, Any]:
-    """A measured point: the dwarf, its size (bytes per peer, or n), GPUs and seconds (a timing's median)."""
+    """A measured point: the dwarf, its size (bytes per peer, n, or the spectral truncation), GPUs and seconds
+    (a timing's median)."""
     measured = seconds["median_s"] if isinstance(seconds, dict) else seconds
     return {"dwarf": dwarf, "size": int(size), "gpus": gpus, "measured_s": measured}
 
@@ -156,7 +205,7 @@ def alltoall_s(m: Machine, gpus: int, bytes_per_peer: float) -> float:
     if gpus == 1:
         return 0.0
     node = min(gpus, m.gpus_per_node)
-    return m.exchange_s((node - 1) * bytes_per_peer, (gpus - node) * bytes_per_peer)
+    return m.exchange_s((node - 1) * bytes_per_peer, (gpus - node) * bytes_per_peer, gpus)
 
 
 def stencil2d_s(m: Machine, gpus: int, n: int, one_gpu_s: float, itemsize: int = 8) -> float:
@@ -177,7 +226,7 @@ def stencil2d_s(m: Machine, gpus: int, n: int, one_gpu_s: float, itemsize: int =
                     on += n * itemsize
                 else:
                     off += n * itemsize
-        worst = max(worst, m.exchange_s(on, off))
+        worst = max(worst, m.exchange_s(on, off, gpus))
     return one_gpu_s + worst
 
 
@@ -208,7 +257,7 @@ def mpdata_s(m: Machine, gpus: int, nodes: int, levels: int, one_gpu_s: float, h
     exchanges = 0.0
     for fields in MPDATA_EXCHANGED_FIELDS:
         nbytes = halo_nodes * levels * 8 * fields
-        exchanges += m.exchange_s(nbytes * (1 - off_share), nbytes * off_share)
+        exchanges += m.exchange_s(nbytes * (1 - off_share), nbytes * off_share, gpus)
     return compute + exchanges
 
 
@@ -232,9 +281,12 @@ def spectral_s(m: Machine, gpus: int, row: dict[str, Any]) -> float:
 ALLTOALL_SIZES = (8, 1 << 20, 32 << 20)
 
 
-def case_name(dwarf: str, size: int) -> str:
-    """How a case is named in predictions and tables: bytes per peer for the all-to-all, else n."""
-    return f"{bytes_text(size)} per peer" if dwarf == "alltoall" else f"n = {size}"
+def case_name(dwarf: str, size: int, batch: int | None = None) -> str:
+    """How a case is named in predictions and tables: bytes per peer for the all-to-all, the truncation and batch
+    for the spectral transform, else n."""
+    if dwarf == "alltoall":
+        return f"{bytes_text(size)} per peer"
+    return f"TCo{size} (batch {batch})" if dwarf == "spectral" else f"n = {size}"
 
 
 def predict(inputs: Inputs, gpu_counts: Sequence[int] = GPU_COUNTS, halo_per_sqrt: float | None = None) -> dict:
@@ -251,23 +303,29 @@ def predict(inputs: Inputs, gpu_counts: Sequence[int] = GPU_COUNTS, halo_per_sqr
             out["mpdata"][f"{grid} x {levels}"] = {p: mpdata_s(m, p, nodes, levels, t, halo) for p in gpu_counts}
     if inputs.spectral_1gpu is not None:
         row = inputs.spectral_1gpu
-        out["spectral"][f"TCo{row['truncation']} (batch {row['batch']})"] = {
+        out["spectral"][case_name("spectral", row["truncation"], row["batch"])] = {
             p: spectral_s(m, p, row) for p in gpu_counts
         }
     return out
 
 
 def compare(inputs: Inputs) -> list[dict[str, Any]]:
-    """Every measured multi-GPU point beside the model's prediction for it (ratio = predicted / measured)."""
+    """Every measured multi-GPU point beside the model's prediction for it (ratio = predicted / measured), with
+    the case named as in ``predict``."""
     m, rows = inputs.machine, []
     for point in inputs.measured:
+        batch = None
         if point["dwarf"] == "alltoall":
             predicted = alltoall_s(m, point["gpus"], point["size"])
-        elif point["size"] in inputs.stencil_1gpu_s:
+        elif point["dwarf"] == "spectral" and inputs.spectral_1gpu is not None:
+            batch = inputs.spectral_1gpu["batch"]
+            predicted = spectral_s(m, point["gpus"], inputs.spectral_1gpu)
+        elif point["dwarf"] == "stencil2d" and point["size"] in inputs.stencil_1gpu_s:
             predicted = stencil2d_s(m, point["gpus"], point["size"], inputs.stencil_1gpu_s[point["size"]])
         else:
             continue
-        rows.append({**point, "predicted_s": predicted, "ratio": predicted / point["measured_s"]})
+        case = case_name(point["dwarf"], point["size"], batch)
+        rows.append({**point, "case": case, "predicted_s": predicted, "ratio": predicted / point["measured_s"]})
     return rows
 
 
@@ -367,7 +425,7 @@ def plot_scaling(
             line = ax.loglog(gpus, [curve[p] * 1e6 for p in gpus], "-", label=case, color=f"C{k}")[0]
             if dwarf in ("mpdata", "spectral"):
                 ax.loglog(gpus, [curve[1] / p * 1e6 for p in gpus], "--", color=line.get_color(), alpha=0.5)
-            seen = [c for c in comparisons if c["dwarf"] == dwarf and case_name(dwarf, c["size"]) == case]
+            seen = [c for c in comparisons if c["dwarf"] == dwarf and c["case"] == case]
             if seen:
                 ax.loglog([c["gpus"] for c in seen], [c["measured_s"] * 1e6 for c in seen], "o", color=line.get_color())
         ax.set_title(titles.get(dwarf, dwarf), fontsize=9)

@@ -5,8 +5,11 @@ receives as much from each: through gridcomm's Transposer (``from_counts``: bloc
 rank r and lands in block (this rank) of its destination), so that every transport runs its real path, both
 ipc methods (one kernel; copy engines on per-peer streams), beside NCCL's own grouped send/recv of the same
 bytes and the peer-copy ceiling (a copy kernel, and the copy engines, writing straight into the peers'
-memory), all in the same run. Latency is the time per exchange of the smallest sizes; bandwidth is bytes
-sent per rank per second, and busbw (as nccl-tests) that times (n - 1) / n.
+memory), all in the same run. Latency is the time per exchange of the smallest sizes; bandwidth (``GBps``) is
+the bytes a rank sends to the other ranks per second, which is nccl-tests' busbw of an all-to-all (its algbw,
+the whole send buffer, own block included, per second, times (n - 1) / n). Result files written before
+2026-11-26 09:00 UTC also hold a ``busbw_GBps`` that applied (n - 1) / n a second time (half the bandwidth on 2
+GPUs, three quarters on 4); their ``GBps`` is the nccl-tests figure.
 """
 
 from __future__ import annotations
@@ -110,7 +113,6 @@ def run_transfer(
                 "peers": len(peers),
                 "times": {k: t.as_dict() for k, t in timings.items()},
                 "GBps": {k: sent / t.median / 1e9 for k, t in timings.items()},
-                "busbw_GBps": {k: sent * (comm.size - 1) / comm.size / t.median / 1e9 for k, t in timings.items()},
                 "ceiling_GBps": sent / ceiling / 1e9,
                 "best": best,
                 "best_vs_nccl_best": nccl_best / ours[best] if best else None,

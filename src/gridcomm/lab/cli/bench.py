@@ -335,19 +335,20 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
             + [
                 f"{r['times'][n]['median_s'] * 1e6:.1f} µs"
                 if r["bytes_per_peer"] < 1 << 20
-                else f"{r['busbw_GBps'][n]:.0f}"
+                else f"{r['GBps'][n]:.0f}"
                 for n in names
             ]
-            + [f"{r['ceiling_GBps'] * (comm.size - 1) / comm.size:.0f}"]
+            + [f"{r['ceiling_GBps']:.0f}"]
             + [f"{r['best_vs_nccl_best']:.2f} ({r['best']})" if r["best"] else "-"]
             for r in rows
         ]
         nominal = shared["nvlink_nominal_GBps"]
         title = (
-            f"{kind} on {comm.size} GPUs: time per exchange below 1 MiB, busbw GB/s from 1 MiB (bytes sent per "
-            f"rank x (n-1)/n per s); NVLink nominal {f'{nominal:.0f} GB/s out of each GPU' if nominal else 'unknown'}"
+            f"{kind} on {comm.size} GPUs: time per exchange below 1 MiB, busbw GB/s from 1 MiB (bytes each rank "
+            f"sends to the others per s, as nccl-tests); NVLink nominal "
+            f"{f'{nominal:.0f} GB/s out of each GPU' if nominal else 'unknown'}"
         )
-        console.print(table(title, ["per peer", *names, "ceiling busbw", "best ÷ NCCL's best"], body))
+        console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best"], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
         say_written(path, png)
@@ -811,8 +812,14 @@ def bench_scaling(
             "model inputs",
             ["figure", "value", "from"],
             [
-                ["NVLink, per GPU and direction", f"{m.nvlink_GBps:.0f} GB/s", inputs.sources.get("links", "-")],
-                ["one exchange over NVLink", f"{m.nvlink_latency_s * 1e6:.1f} µs", inputs.sources.get("links", "-")],
+                *(
+                    row
+                    for link in m.nvlink
+                    for row in (
+                        [f"NVLink out of each of {link.gpus} GPUs", f"{link.GBps:.0f} GB/s", link.source],
+                        [f"one exchange over NVLink, {link.gpus} GPUs", f"{link.latency_s * 1e6:.1f} µs", link.source],
+                    )
+                ),
                 ["network, per GPU and direction", f"{m.network_GBps:.0f} GB/s", "stated (--network-gbps)"],
                 ["one exchange over the network", f"{m.network_latency_s * 1e6:.1f} µs", "stated"],
                 ["GPUs per node", str(m.gpus_per_node), "stated"],
@@ -831,7 +838,7 @@ def bench_scaling(
         table("predicted time per step (all-to-all: per exchange)", ["dwarf", "case", *map(str, counts)], body)
     )
     body = [
-        [c["dwarf"], scaling.case_name(c["dwarf"], c["size"]), str(c["gpus"]), _duration(c["measured_s"]),
+        [c["dwarf"], c["case"], str(c["gpus"]), _duration(c["measured_s"]),
          _duration(c["predicted_s"]), f"{c['ratio']:.2f}"]
         for c in comparisons
     ]  # fmt: skip
