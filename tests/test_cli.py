@@ -179,8 +179,11 @@ def test_bench_halo_mixed_times_one_exchange_against_three(tmp_path):
     for r in rows:
         assert r["messages_per_rank"]["three"] == 3 * r["messages_per_rank"]["one"] > 0
         for name, ways in r["times"].items():
-            assert set(ways) == {"one", "three", "three overlapped"}
+            assert set(ways) == {"one", "three", "three overlapped", "same bytes, one halo"}
             assert all(w["median_s"] > 0 for w in ways.values()) and r["three_over_one"][name] > 0
+            assert r["one_over_same_bytes"][name] > 0
+        # the reference moves the same bytes to within one of its levels
+        assert abs(r["same_bytes_per_rank"] - r["bytes_per_rank"]) <= r["same_bytes_per_rank"] / 8
 
 
 def test_bench_transpose_writes_results_beside_its_peers(tmp_path):

@@ -107,7 +107,9 @@ def table_rows(md: str, *key: str) -> list[str]:
 
 def test_suites_fit_their_machine_class_and_budget():
     cpu = suite.select(suite.CPU, True, 2, False)
-    assert [i.args[:4] for i in cpu] == [("bench", b, "--np", "2") for b in ("halo", "mpdata", "spectral")]
+    assert [i.args[:4] for i in cpu] == [
+        ("bench", b, "--np", "2") for b in ("halo", "transpose", "mpdata", "spectral")
+    ]  # fmt: skip
     one = suite.select(suite.ONE_GPU, True, 1, False)
     assert [i.args[1] for i in one] == ["halo", "stencil2d", "mpdata", "spectral"]
     assert all(i.args[2:4] == ("--np", "1") for i in one)
@@ -229,6 +231,22 @@ def test_mpdata_on_several_gpus_is_set_beside_one_gpu_and_the_seed_power_of_as_m
     assert len(rows) == 2 and "| 196 W |" in rows[0] and "| 183 W |" in rows[1]  # 1 GPU, then 2
 
 
+def test_host_results_show_the_library_peers_beside_gridcomm(tmp_path):
+    """GHEX beside the halo exchange and mpi4py-fft and the hand-written pack + Alltoallv beside the
+    transposition, each time and the fastest over gridcomm's best, as the committed runs measured them."""
+    halo, slabs = "halo-cpu-2r-20261126T075724Z", "transpose-cpu-2r-20261126T075628Z"
+    md = write_report(copy_results(tmp_path / "r", (halo, slabs)))[0].read_text()
+    assert "| peer: GHEX [µs] | peer: GHEX polled [µs] | fastest peer / best [x] |" in md
+    for r in json.loads((RESULTS / f"{halo}.json").read_text())["results"]:
+        (row,) = table_rows(md, str(r["n"]), str(r["fields"]))
+        assert f"| {number(r['peers']['GHEX']['median_s'] * 1e6)} |" in row
+        assert row.endswith(f"| {number(min(r['peers_over_best'].values()))} |"), row
+    assert "| peer: pack+Alltoallv [µs] | peer: mpi4py-fft [µs] | fastest peer / best [x] |" in md
+    for r in json.loads((RESULTS / f"{slabs}.json").read_text())["results"]:
+        (row,) = table_rows(md, str(r["n"]), r["dtype"])
+        assert f"| {number(r['peers']['mpi4py-fft']['median_s'] * 1e6)} |" in row, row
+
+
 def test_a_result_file_without_the_fields_read_is_named_not_a_crash(tmp_path):
     folder = copy_results(tmp_path / "r", ("stencil2d-gpu-2r-20261123T111223Z", "halo-gpu-1r-20261123T111139Z"))
     damaged = folder / "raw" / "stencil2d-gpu-2r-20261123T111223Z.json"
@@ -293,13 +311,12 @@ def test_quick_cpu_report_runs_under_mpi_and_every_figure_comes_from_that_run(tm
     out = tmp_path / "r1"
     said = gridcomm("report", "--quick", "--cpu", "--np", "2", "--out", str(out), timeout=150)
     # Not a terminal: the progress comes as a line per benchmark (rich's bar drew nothing for the whole run).
-    assert all(f"[{k}/3] {key} (~" in said for k, key in enumerate(("halo", "mpdata", "spectral"), 1)), said
+    keys = ("halo", "transpose", "mpdata", "spectral")
+    assert all(f"[{k}/4] {key} (~" in said for k, key in enumerate(keys, 1)), said
     assert re.search(r"the benchmarks took \d+ s \(\d+ s expected\)", said), said
     finished = dt.datetime.now(dt.UTC)
     record = json.loads((out / "runs.json").read_text())
-    assert [(i["key"], i["status"]) for i in record["invocations"]] == [
-        ("halo", "ok"), ("mpdata", "ok"), ("spectral", "ok")
-    ]  # fmt: skip
+    assert [(i["key"], i["status"]) for i in record["invocations"]] == [(key, "ok") for key in keys]
     written = sorted(f for i in record["invocations"] for f in i["files"])
     assert sorted(p.name for p in (out / "raw").iterdir()) == written
     md = (out / "report.md").read_text()
@@ -317,9 +334,15 @@ def test_quick_cpu_report_runs_under_mpi_and_every_figure_comes_from_that_run(tm
                 (row,) = table_rows(md, f"{r['grid']} T{r['truncation']}", r["transport"])
                 assert f"| {number(r['ducc0_step_s'] * 1e3)} | {number(r['ducc0_over_step'])} |" in row, row
             assert f"by ducc0 {payload['results'][0]['ducc0_version']} on the node's CPUs" in md
-    assert "3 of 3 benchmark(s) ran, 0 failed" in md and "gridcomm bench halo --np 2 --quick --out raw" in md
+    assert "4 of 4 benchmark(s) ran, 0 failed" in md and "gridcomm bench halo --np 2 --quick --out raw" in md
     assert "=== ok in" in (out / "log.txt").read_text()
     assert "| cma [µs] |" in md and "floor: Isend/Irecv [µs]" in md and "| mpi |" in md  # peers of the same run
+    # the transposition beside the hand-written pack + Alltoallv, timed in the same run
+    (name,) = [f for f in written if f.startswith("transpose-") and f.endswith(".json")]
+    for r in json.loads((out / "raw" / name).read_text())["results"]:
+        (row,) = table_rows(md, str(r["n"]), r["dtype"])
+        hand = r["peers"]["pack+Alltoallv"]["median_s"] * 1e6
+        assert f"| {number(hand)} |" in row and f"| {number(min(r['peers_over_best'].values()))} |" in row, row
     check_html(out)
 
 

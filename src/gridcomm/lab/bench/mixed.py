@@ -10,7 +10,10 @@ cells across the channel). Every transport is timed three ways:
 - ``one``: ``HaloExchanger([xfaces, yfaces, cells], [u, v, p])``, one message per peer;
 - ``three``: an exchanger per field, exchanged one after the other;
 - ``three overlapped``: the three exchangers started together and then waited for (their messages in flight at
-  once, three per peer).
+  once, three per peer);
+- ``same bytes, one halo``: what ``one`` costs without per-field halos: one exchanger of a single cell-centred
+  field with p's halo on the same process grid, its levels chosen so that it moves the same bytes per rank as
+  ``one`` (to within one level's worth; both counts are in the row).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ...transports import Transport
 from ..measure.timing import Timing, time_collective
 
 #: The ways each transport is timed, in table order.
-WAYS = ("one", "three", "three overlapped")
+WAYS = ("one", "three", "three overlapped", "same bytes, one halo")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,17 @@ def c_grid(comm: Communicator, case: MixedCase) -> tuple[CartesianDecomposition,
     )
     faces = ((1, 1), (1, 1), (0, 0))
     return grid, [grid.field(halo=faces, stagger="x"), grid.field(halo=faces, stagger="y"), grid.field()]
+
+
+def same_bytes(comm: Communicator, case: MixedCase, nbytes: int) -> tuple[CartesianDecomposition, int]:
+    """A decomposition of cell-centred columns with p's halo on ``case``'s process grid whose exchange of one field
+    moves about ``nbytes`` per rank (the most over ranks), and that exchange's bytes (collective)."""
+    one_level, _ = c_grid(comm, MixedCase(case.n, 1, case.halo))
+    with HaloExchanger(one_level, one_level.zeros()) as probe:
+        per_level = comm.mpi.allreduce(probe.bytes_per_exchange[0], op=_max())
+    levels = max(1, round(nbytes / per_level))
+    grid, _ = c_grid(comm, MixedCase(case.n, levels, case.halo))
+    return grid, levels * per_level
 
 
 def _three_overlapped(exchangers: list[HaloExchanger]) -> Callable[[], None]:
@@ -82,19 +96,29 @@ def run_mixed_case(
     rng = xp.random.RandomState(comm.rank)  # drawn where the fields live
     fields = [rng.random_sample(k.local_shape) for k in kinds]
     times: dict[str, dict[str, Timing]] = {}
+    reference = None
     for name, transport in transports.items():
         with HaloExchanger(kinds, fields, transport) as one:
+            if reference is None:
+                bytes_one = comm.mpi.allreduce(one.bytes_per_exchange[0], op=_max())
+                reference, bytes_reference = same_bytes(comm, case, bytes_one)
+                column = rng.random_sample(reference.local_shape)
             separate = [HaloExchanger(k, f, transport) for k, f in zip(kinds, fields, strict=True)]
+            alike = HaloExchanger(reference, column, transport)
             try:
-                ways = (one.exchange, _three(separate), _three_overlapped(separate))
+                ways = (one.exchange, _three(separate), _three_overlapped(separate), alike.exchange)
                 times[name] = {way: timer(run, samples) for way, run in zip(WAYS, ways, strict=True)}
                 if len(times) == 1:
                     row = _row(comm, case, grid, one, separate)
             finally:
-                for e in separate:
+                for e in [*separate, alike]:
                     e.close()
     return {
         **row,
+        "same_bytes_per_rank": bytes_reference,
+        "one_over_same_bytes": {
+            name: by_way["one"].median / by_way["same bytes, one halo"].median for name, by_way in times.items()
+        },
         "times": {name: {way: t.as_dict() for way, t in by_way.items()} for name, by_way in times.items()},
         "three_over_one": {name: by_way["three"].median / by_way["one"].median for name, by_way in times.items()},
         "overlapped_over_one": {

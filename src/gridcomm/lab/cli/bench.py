@@ -238,16 +238,22 @@ def _halo_mixed_table(rows: list[dict[str, Any]]) -> Any:
             body.append(
                 [
                     f"{r['n']}²",
-                    f"{r['bytes_per_rank'] / 1024:.0f}",
+                    f"{r['bytes_per_rank'] / 1024:.0f} / {r['same_bytes_per_rank'] / 1024:.0f}",
                     f"{r['messages_per_rank']['one']} / {r['messages_per_rank']['three']}",
                     name,
                     *times,
                     f"{r['three_over_one'][name]:.2f}x",
                     f"{r['overlapped_over_one'][name]:.2f}x",
+                    f"{r['one_over_same_bytes'][name]:.2f}x",
                 ]
             )
-    columns = ["n×n", "KiB/rank", "messages", "transport", *WAYS, "three/one", "overlapped/one"]
-    return table("u, v, p: one exchange against three (µs) (median; slowest rank)", columns, body)
+    columns = ["n×n", "KiB/rank (one / same)", "messages", "transport", *WAYS, "three/one", "overlapped/one",
+               "one/same bytes"]  # fmt: skip
+    title = (
+        "u, v, p: one exchange against three, and against one field of one halo moving the same bytes (µs) "
+        "(median; slowest rank)"
+    )
+    return table(title, columns, body)
 
 
 def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
@@ -333,9 +339,7 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
         body = [
             [bytes_text(r["bytes_per_peer"])]
             + [
-                f"{r['times'][n]['median_s'] * 1e6:.1f} µs"
-                if r["bytes_per_peer"] < 1 << 20
-                else f"{r['GBps'][n]:.0f}"
+                f"{r['times'][n]['median_s'] * 1e6:.1f} µs" if r["bytes_per_peer"] < 1 << 20 else f"{r['GBps'][n]:.0f}"
                 for n in names
             ]
             + [f"{r['ceiling_GBps']:.0f}"]

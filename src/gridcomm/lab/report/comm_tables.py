@@ -38,10 +38,31 @@ def _kib(r: dict) -> Cell:
     return Cell(r["bytes_per_peer_mean"] / 1024)
 
 
+def _peer_columns(rows: list[dict]) -> tuple[list[str], list[Column]]:
+    """The library peers of a host benchmark's rows (GHEX, mpi4py-fft, a hand-written pack + Alltoallv) and
+    their columns: each one's time, and the fastest one's over gridcomm's best (above 1: gridcomm is faster)."""
+    peers = union(rows, "peers")
+    columns = [Column(f"peer: {p}", "µs") for p in peers]
+    return peers, [*columns, Column("fastest peer / best", "x")] if peers else []
+
+
+def _peer_cells(r: dict, peers: list[str]) -> dict[str, Cell]:
+    cells = {f"peer: {p}": cell(r["peers"][p]["median_s"], US) for p in peers if p in r.get("peers", {})}
+    over = r.get("peers_over_best") or {}
+    return cells | ({"fastest peer / best": cell(min(over.values()))} if over else {})
+
+
+def _skipped_peers(result: Result) -> list[str]:
+    """One note per peer the run skipped, with why (not installed, cannot load)."""
+    return [f"{why}." for why in (result.config.get("peers") or {}).values() if why]
+
+
 def halo_cpu(result: Result) -> list[FigureTable]:
-    """Time per exchange for every MPI variant beside the floors: bare Isend/Irecv of the same bytes."""
+    """Time per exchange for every MPI variant beside the floors (bare Isend/Irecv of the same bytes) and the
+    library peers that ran (GHEX)."""
     rows = result.rows
     variants = union(rows, "variants")
+    peers, peer_columns = _peer_columns(rows)
     columns = [
         Column("KiB/peer", compared=False),
         *(Column(v, "µs") for v in variants),
@@ -50,6 +71,7 @@ def halo_cpu(result: Result) -> list[FigureTable]:
         Column("best", compared=False),
         Column("best / floor", "x"),
         Column("best / floor rewritten", "x"),
+        *peer_columns,
     ]
     table = FigureTable(f"time per halo exchange, {result.where} (median, slowest rank)", ["n x n", "fields"], columns)
     for r in rows:
@@ -62,11 +84,34 @@ def halo_cpu(result: Result) -> list[FigureTable]:
             "best / floor": cell(r["best_over_floor"]),
             "best / floor rewritten": cell(r["best_over_floor_fresh"]),
         }
-        table.add((r["n"], r["fields"]), cells)
+        table.add((r["n"], r["fields"]), cells | _peer_cells(r, peers))
     table.notes.append(
         "floor: bare mpi4py Isend/Irecv of the same per-peer bytes from contiguous buffers never written; "
-        "'buffers rewritten': the same with each send buffer rewritten first, as after a compute step."
+        "'buffers rewritten': the same with each send buffer rewritten first, as after a compute step; "
+        "peer: another library's exchange of the same fields, checked equal bit for bit first."
     )
+    table.notes += _skipped_peers(result)
+    return [table]
+
+
+def transpose(result: Result) -> list[FigureTable]:
+    """Time per slab redistribution of an N³ array for every gridcomm variant beside the hand-written pack +
+    Alltoallv and mpi4py-fft (where it ran)."""
+    rows = result.rows
+    variants = union(rows, "variants")
+    peers, peer_columns = _peer_columns(rows)
+    columns = [Column("MiB/rank", compared=False), *(Column(v, "µs") for v in variants),
+               Column("best", compared=False), *peer_columns]  # fmt: skip
+    title = f"time per slab redistribution (axis 0 -> axis 1), {result.where} (median, slowest rank)"
+    table = FigureTable(title, ["N", "dtype"], columns)
+    for r in rows:
+        cells = {v: cell(r["variants"][v]["median_s"], US) for v in variants if v in r["variants"]}
+        cells |= {"MiB/rank": Cell(r["bytes_per_rank_max"] / MIB), "best": Cell(text=r["best"])}
+        table.add((r["n"], r["dtype"]), cells | _peer_cells(r, peers))
+    table.notes.append(
+        "each result checked equal bit for bit to gridcomm's before timing; the figures of a case sampled in turn."
+    )
+    table.notes += _skipped_peers(result)
     return [table]
 
 

@@ -19,6 +19,7 @@ Tables = Callable[[Result], list[FigureTable]]
 TABLES: dict[tuple[str, bool], Tables] = {
     ("halo", False): comm_tables.halo_cpu,
     ("halo", True): comm_tables.halo_gpu,
+    ("transpose", False): comm_tables.transpose,
     ("p2p", True): comm_tables.transfer,
     ("alltoall", True): comm_tables.transfer,
     ("stencil2d", False): dwarf_tables.stencil2d,
@@ -34,6 +35,9 @@ INTRO = {
     "halo": "Time per halo exchange of 3-D float64 fields (levels contiguous, a 2-D process grid, periodic, box "
     "stencil) against message size and field count, every transport beside its floors measured in the same run. "
     "None of the seed figures this report carries is for a halo exchange alone.",
+    "transpose": "The slab redistribution between the passes of a distributed 3-D FFT (an N³ array split along "
+    "axis 0 becomes split along axis 1) by gridcomm's Transposer, beside what a user would write or pick instead: "
+    "a NumPy pack + MPI_Alltoallv, and mpi4py-fft's Pencil.transfer where it is installed.",
     "p2p": "Latency and bandwidth between 2 GPUs through gridcomm's Transposer, per transport, beside NCCL's own "
     "send/recv and the peer-copy ceiling of the same bytes. The seeds publish no such figure; their all-to-all "
     "figures are whole spectral-transform steps (see spectral).",

@@ -19,6 +19,8 @@ Expected seconds (``Entry.seconds``, quick and full) are wall time per invocatio
   (the estimates were 3 s each, and a new user saw the quick suite take 53 s where 9 s were announced); full
   32.4 and 41.1, 16.4 and 20.3, 23.9 and 34.1 s. At a load of 13-18 the same took up to three times as long
   (quick 36 s, full 135 s; 2 ranks no faster): ``estimate_text`` says so where the machine is that busy.
+  ``bench transpose`` (2026-11-26, 2 ranks, the same VM idle): quick 1.1 s, full 4.4 s; the estimates allow
+  for the load above.
 
 - Measured since, on 1 H200: the quick suite 74 s (halo 5.3 s, stencil2d with energy about 25 s, mpdata about
   20 s, spectral about 28 s: set-up and first calls, not the steps); the full suite 273 s (halo 16.3, stencil2d
@@ -27,8 +29,8 @@ Expected seconds (``Entry.seconds``, quick and full) are wall time per invocatio
   (5-10 s per process that checks for NVSHMEM): the quick suite 71 s (halo 11.3 s with the first process's
   font cache, stencil2d 27.5, mpdata 25.0, spectral 6.8 s; 92 s and spectral 33.5 s just before).
 
-Sums: quick about 91 s on 2 GPUs, 63 s on 1 GPU, 18 s on 2 cores; full about 512 s on 2 GPUs, 281 s on
-1 GPU, 84 s on 2 cores; where MPI is CUDA-aware, mpdata and spectral time it too (about 7 s more quick, 30 s full).
+Sums: quick about 91 s on 2 GPUs, 63 s on 1 GPU, 21 s on 2 cores; full about 512 s on 2 GPUs, 281 s on
+1 GPU, 94 s on 2 cores; where MPI is CUDA-aware, mpdata and spectral time it too (about 7 s more quick, 30 s full).
 The report lists each invocation's expected and measured seconds.
 
 - bench spectral's peer, ducc0 on the node's CPUs, once per grid (2026-11-24, 1 H200 machine, 16 cores): 4.5 s
@@ -78,6 +80,7 @@ _ALL_GPU = (ONE_GPU, GPUS)
 
 SUITE: tuple[Entry, ...] = (
     Entry("halo", "halo", (CPU,), None, ("--quick",), (), (6, 37)),
+    Entry("transpose", "transpose", (CPU,), None, ("--quick",), (), (3, 10)),
     Entry("mpdata", "mpdata", (CPU,), None, ("--grids", "O24,O48", "--levels", "1,16", "--steps", "10"),
           ("--grids", "O24,O48,O96", "--levels", "1,16", "--steps", "20"), (6, 18)),
     Entry("spectral", "spectral", (CPU,), None, ("--grids", "O32,O80", "--steps", "3", "--transports", "cma,mpi"),
