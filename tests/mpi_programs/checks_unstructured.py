@@ -9,7 +9,9 @@ octahedral median-dual mesh (O1..O6, its edges as the graph) or random nodes wit
 0..V-1, a permutation of them, or sparse ones (an affine map of 0..V-1, up to beyond 2**40); an owner per node
 (random with no empty part, or equal_regions); each part's halo (1 or 2 layers of graph neighbours, or a random
 subset of other parts' ids); both id lists in a random order and form; 1-3 fields (1-D or with 1-4 levels, C or
-Fortran order, any dtype); a transport; 1-2 rounds. After every exchange each local row must hold, bit for bit,
+Fortran order, any dtype), on one row set or, with several fields, on two (a second decomposition of the same
+owned ids keeping a random part of the halo, as a mesh's edges beside its nodes: one exchanger over fields of
+different rows); a transport; 1-2 rounds. After every exchange each local row must hold, bit for bit,
 the global array's row of its id: owned rows untouched, halo rows overwritten (they start as sentinel bytes).
 With ids 0..V-1, gather and scatter must round-trip as well.
 
@@ -74,6 +76,7 @@ class Case:
     layers: int
     id_form: str  # how the id lists are handed over: a NumPy integer dtype, or "list"
     fields: tuple[FieldSpec, ...]
+    row_sets: int  # 2: odd-numbered fields live on a second decomposition (a random part of the same halo)
     as_list: bool
     transport: str
     comm_kind: str
@@ -106,6 +109,7 @@ def cases(draw: Any, world_size: int) -> Case:
         layers=draw(st.integers(1, 2)),
         id_form=draw(st.sampled_from(["int64", "int32", "uint64", "list"])),
         fields=fields,
+        row_sets=draw(st.integers(1, 2)) if nfields > 1 else 1,
         as_list=nfields > 1 or draw(st.booleans()),
         transport=draw(st.sampled_from(sorted(TRANSPORT_CHOICES))),
         comm_kind=draw(st.sampled_from(["mpi4py", "Communicator"])),
@@ -204,6 +208,13 @@ def partition(case: Case) -> Partition:
     return Partition(gid, owner, owned, halo)
 
 
+def partial(part: Partition, seed: int) -> Partition:
+    """The same owned nodes with a random part of each halo, in a new random order: another row set."""
+    rng = np.random.default_rng(seed + 1)
+    halo = [rng.permutation(h[rng.random(len(h)) < rng.random()]) for h in part.halo]
+    return Partition(part.gid, part.owner, part.owned, halo)
+
+
 def hand_over(ids: np.ndarray, form: str) -> Any:
     """``ids`` as a list or an array of dtype ``form`` (int64 where they do not fit it): any form must work."""
     if form == "list":
@@ -255,8 +266,8 @@ def global_arrays(n_nodes: int, specs: Sequence[FieldSpec], seed: int) -> list[n
 
 
 def exchange_problems(
-    d: UnstructuredDecomposition,
-    part: Partition,
+    ds: Sequence[UnstructuredDecomposition],
+    parts: Sequence[Partition],
     rank: int,
     specs: Sequence[FieldSpec],
     transport: Any,
@@ -266,27 +277,30 @@ def exchange_problems(
 ) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
     """Collective: fields whose owned rows come from random global arrays and whose halo rows hold sentinel
     bytes, exchanged ``rounds`` times by one exchanger (new owned data before each later round); after each
-    exchange every row must hold its id's row of the global array. Returns (problems, fields, globals)."""
-    owned, nodes, ids = part.owned[rank], part.local_nodes(rank), part.gid[part.local_nodes(rank)]
-    globals_ = global_arrays(len(part.gid), specs, seed)
+    exchange every row must hold its id's row of the global array. Field i lives on row set i % len(ds)
+    (decomposition ``ds[k]`` of partition ``parts[k]``). Returns (problems, fields, globals)."""
+    globals_ = global_arrays(len(parts[0].gid), specs, seed)
+    on = [i % len(ds) for i in range(len(specs))]  # each field's row set
     fields = []
-    for g, (_, order, _) in zip(globals_, specs, strict=True):
-        f = np.empty((d.n_local, *g.shape[1:]), dtype=g.dtype, order=order)
+    for g, (_, order, _), k in zip(globals_, specs, on, strict=True):
+        f = np.empty((ds[k].n_local, *g.shape[1:]), dtype=g.dtype, order=order)
         cells = cell_bytes(f)
         cells[...] = SENTINEL_BYTE
-        cells[: d.n_owned] = cell_bytes(g)[owned]
+        cells[: ds[k].n_owned] = cell_bytes(g)[parts[k].owned[rank]]
         fields.append(f)
     problems = []
-    with HaloExchanger(d, fields if as_list else fields[0], transport) as ex:
+    grids = ds[0] if len(ds) == 1 else [ds[k] for k in on]
+    with HaloExchanger(grids, fields if as_list else fields[0], transport) as ex:
         for round_ in range(rounds):
             if round_:  # new data in the owned rows, same exchanger
-                globals_ = global_arrays(len(part.gid), specs, seed + 100 * round_)
-                for f, g in zip(fields, globals_, strict=True):
-                    cell_bytes(f)[: d.n_owned] = cell_bytes(g)[owned]
+                globals_ = global_arrays(len(parts[0].gid), specs, seed + 100 * round_)
+                for f, g, k in zip(fields, globals_, on, strict=True):
+                    cell_bytes(f)[: ds[k].n_owned] = cell_bytes(g)[parts[k].owned[rank]]
             ex.exchange()
-            for i, (f, g) in enumerate(zip(fields, globals_, strict=True)):
-                if p := row_problems(f, cell_bytes(g)[nodes], d.n_owned, ids):
-                    problems.append(f"round {round_}, field {i} {specs[i]}: {p}")
+            for i, (f, g, k) in enumerate(zip(fields, globals_, on, strict=True)):
+                nodes = parts[k].local_nodes(rank)
+                if p := row_problems(f, cell_bytes(g)[nodes], ds[k].n_owned, parts[k].gid[nodes]):
+                    problems.append(f"round {round_}, field {i} {specs[i]} (row set {k}): {p}")
     return problems, fields, globals_
 
 
@@ -316,16 +330,21 @@ def first(problems: list[str], limit: int = 3) -> list[str]:
 def run_case(sub: Any, case: Case) -> list[str]:
     """Problems this rank saw in one example (empty if none). Collective over ``sub`` (the example's ranks)."""
     rank = sub.Get_rank()
-    part = partition(case)
+    parts = [partition(case)]
+    if case.row_sets == 2:
+        parts.append(partial(parts[0], case.seed))
     own = gridcomm.Communicator(sub) if case.comm_kind == "Communicator" else None
-    d = None
+    ds: list[UnstructuredDecomposition] = []
     try:
-        owned, halo = part.gid[part.owned[rank]], part.gid[part.halo[rank]]
         try:
-            d = UnstructuredDecomposition(
-                own if own is not None else sub, hand_over(owned, case.id_form), hand_over(halo, case.id_form)
-            )
-            problems = decomposition_problems(d, part, rank)
+            for part in parts:
+                owned, halo = part.gid[part.owned[rank]], part.gid[part.halo[rank]]
+                ds.append(
+                    UnstructuredDecomposition(
+                        own if own is not None else sub, hand_over(owned, case.id_form), hand_over(halo, case.id_form)
+                    )
+                )
+            problems = [p for d, part in zip(ds, parts, strict=True) for p in decomposition_problems(d, part, rank)]
         except Exception:  # raised on every rank (construction agrees), so nothing collective is left hanging
             problems = [f"building the decomposition:\n{traceback.format_exc()}"]
         # Agree before the collective part, so that a rank that found a problem does not leave others hanging.
@@ -333,14 +352,15 @@ def run_case(sub: Any, case: Case) -> list[str]:
             return problems or ["another rank's decomposition is wrong"]
         transport = TRANSPORT_CHOICES[case.transport]
         problems, fields, globals_ = exchange_problems(
-            d, part, rank, case.fields, transport, case.rounds, case.seed, case.as_list
+            ds, parts, rank, case.fields, transport, case.rounds, case.seed, case.as_list
         )
-        if part.dense:
-            problems += round_trip_problems(d, part, rank, fields[0], globals_[0], case.root, case.fields[0][1])
+        if parts[0].dense:
+            problems += round_trip_problems(ds[0], parts[0], rank, fields[0], globals_[0], case.root, case.fields[0][1])
         return first(problems)
     finally:
-        if d is not None and own is None:
-            d.comm.close()
+        if own is None:
+            for d in ds:
+                d.comm.close()
         if own is not None:
             own.close()
 
@@ -352,7 +372,11 @@ def check_exchanges_match_serial_reference(comm: Any) -> None:
         cases(comm.Get_size()),
         run_case,
         MAX_EXAMPLES,
-        tally={"octahedral": lambda case: case.mesh == "octahedral", "sparse ids": lambda case: case.ids == "affine"},
+        tally={
+            "octahedral": lambda case: case.mesh == "octahedral",
+            "sparse ids": lambda case: case.ids == "affine",
+            "two row sets": lambda case: case.row_sets == 2,
+        },
     )
 
 
@@ -379,7 +403,7 @@ def check_o4_equal_regions_two_layers_every_transport(comm: Any) -> None:
     assert_everywhere(comm, "\n".join(problems) or None)
     specs: list[FieldSpec] = [("float64", "F", 3), ("int16", "C", 0), ("complex64", "C", 2)]
     for k, (name, transport) in enumerate(TRANSPORTS.items()):
-        problems, fields, globals_ = exchange_problems(d, part, rank, specs, transport, rounds=2, seed=1000 * k)
+        problems, fields, globals_ = exchange_problems([d], [part], rank, specs, transport, rounds=2, seed=1000 * k)
         problems += round_trip_problems(d, part, rank, fields[0], globals_[0], root=size - 1, order="F")
         assert_everywhere(comm, "\n".join(f"transport {name}: {p}" for p in first(problems)) or None)
     d.comm.close()
