@@ -7,8 +7,10 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -466,3 +468,29 @@ def test_a_dwarf_run_in_this_process_exits_with_its_status(monkeypatch):
     monkeypatch.setattr(stencil2d, "run_stencil2d", lambda *args, **kwargs: differs)
     result = invoke("run", "stencil2d", "--np", "1", "--cpu", "--n", "8", "--steps", "1")
     assert result.exit_code == 1 and "MISMATCH" in result.output, result.output
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+def test_sigusr1_prints_where_a_stuck_command_is(tmp_path):
+    """kill -USR1 of a gridcomm process prints every thread's stack and leaves it running (a stuck rank's place)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
+    child = "import time; print('ready', flush=True); time.sleep(600)"
+    err = tmp_path / "stderr"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gridcomm", "run", "--np", "1", sys.executable, "-c", child],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=environ, start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout.readline().strip() == "ready"  # the command (so its handler) is running
+            proc.send_signal(signal.SIGUSR1)
+            for _ in range(600):  # until the stack is written (no time limit on a busy machine but this one)
+                if "launch.py" in err.read_text():
+                    break
+                time.sleep(0.1)
+            assert proc.poll() is None, "SIGUSR1 ended the command"
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = err.read_text()
+    assert "Current thread" in text and "run_under_mpiexec" in text, text

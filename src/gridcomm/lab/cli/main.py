@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import traceback
 from typing import Annotated, Any
@@ -44,7 +46,10 @@ def _main(
         typer.Option("--version", "-V", is_eager=True, callback=_print_version, help="Print the version and exit."),
     ] = False,
 ) -> None:
-    pass  # the group's own options; its help is the Typer's
+    # The group's own options (its help is the Typer's); and in every process a command starts, SIGUSR1 prints
+    # every thread's Python stack to stderr (kill -USR1 PID): where a rank of a stuck run is.
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 @app.command()
