@@ -98,6 +98,25 @@ sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py',
           --target /tmp/site .whl/peers/*.whl
         export PYTHONPATH="/tmp/site:$PYTHONPATH"
         ;;
+      cuda-mpi)  # the CUDA-aware Open MPI built by benchmarks/build_cuda_mpi.sh (carried in .whl/cuda-mpi, built
+        # here from the carried sources if absent): the mpi transport on device memory, its suites and benches
+        cmpi="$PWD/.whl/cuda-mpi/openmpi-4.1.4-cuda"
+        stage cuda-mpi-build 500 bash benchmarks/build_cuda_mpi.sh "$cmpi"
+        (
+          summary=()  # this subshell's stages, added to the session's below
+          export OPAL_PREFIX="$cmpi" LD_LIBRARY_PATH="$cmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            MPI4PY_LIBMPI="$cmpi/lib/libmpi.so" GRIDCOMM_MPIEXEC="$cmpi/bin/mpiexec" \
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH="$cmpi/bin:$PATH"
+          stage cuda-mpi-info 60 bash -c "$py -m gridcomm info; ompi_info --parsable --all | grep built_with_cuda"
+          stage cuda-mpi-tests 420 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
+            tests/test_gpu.py -k "suite or mpi"
+          stage cuda-mpi-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results"
+          stage cuda-mpi-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results"
+          stage cuda-mpi-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results"
+          printf '%s\n' "${summary[@]}" >"$dir/cuda-mpi.summary"
+        )
+        summary+=("$(cat "$dir/cuda-mpi.summary" 2>/dev/null)")
+        ;;
       env)
         stage env 60 bash -c "nvidia-smi; nvidia-smi topo -m; $py -c 'import cupy, mpi4py, numpy; \
 print(\"cupy\", cupy.__version__, \"mpi4py\", mpi4py.__version__, \"numpy\", numpy.__version__); \
@@ -188,6 +207,20 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
       bench-spectral-pipeline)  # TCo639 on every GPU, the transpositions overlapped with the FFTs or not
         stage bench-spectral-pipeline 240 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 \
           --fields 3 --steps 3 --transports ipc,nccl --pipeline 1,4 --no-peer --out "$dir/results"
+        ;;
+      spectral-probe)  # where TCo639's pipelined run on every GPU stopped (2026-11-26: ranks 1-3 timed out in the
+        # first Transposer() while rank 0 never came): a small grid first, then TCo639 with a long timeout, every
+        # rank's stack printed (SIGUSR1) after 100 s, then the same without the exchangers' own graphs
+        stage spectral-probe-small 150 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O160 --levels 10 \
+          --steps 3 --transports ipc --pipeline 1,4 --no-peer --out "$dir/results"
+        for replay in 1 0; do
+          ( sleep 100; pkill -USR1 -f "gridcomm bench spectral" ) &
+          probe=$!
+          GRIDCOMM_TIMEOUT=200 GRIDCOMM_REPLAY=$replay stage "spectral-probe-replay$replay" 260 $py -m gridcomm \
+            bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 --fields 3 --steps 3 --transports ipc \
+            --pipeline 1 --no-peer --out "$dir/results"
+          kill "$probe" 2>/dev/null
+        done
         ;;
       bench-spectral1)  # one GPU: the seed's grids, and TCo639 as the seed ran it
         stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 --out "$dir/results"

@@ -212,6 +212,17 @@ def test_cuda_aware_override_is_honoured(fresh_cuda_query):
     assert gridcomm.mpilib.mpi_cuda_aware() is False  # asked MPI itself
 
 
+def test_an_mpi_built_with_cuda_is_not_cuda_aware_without_the_driver(fresh_cuda_query, monkeypatch):
+    """Open MPI 4.1 built with CUDA says yes even where it could not load libcuda (and then crashes on device
+    pointers): gridcomm also asks whether the driver loads."""
+    monkeypatch.setattr(gridcomm.mpilib, "_mpi_says_cuda_aware", lambda: True)
+    monkeypatch.setattr(gridcomm.mpilib, "_cuda_driver_loads", lambda: False)
+    assert gridcomm.mpilib.mpi_cuda_aware() is False
+    gridcomm.mpilib.mpi_cuda_aware.cache_clear()
+    monkeypatch.setattr(gridcomm.mpilib, "_cuda_driver_loads", lambda: True)
+    assert gridcomm.mpilib.mpi_cuda_aware() is True
+
+
 def test_cuda_aware_override_zero_refuses_device_fields(fresh_cuda_query, decompose):
     fresh_cuda_query.setenv("GRIDCOMM_MPI_CUDA_AWARE", "0")
     d = decompose((4, 4), halo=1, periodic=True)

@@ -24,12 +24,19 @@ def mpi_cuda_aware() -> bool:
     """Whether the MPI library under mpi4py accepts device pointers.
 
     ``GRIDCOMM_MPI_CUDA_AWARE=0/1`` overrides; otherwise MPIX_Query_cuda_support(), which both MPICH and
-    Open MPI export when built with CUDA, is asked at run time. A library that cannot answer is taken as
-    not CUDA-aware: handing device memory to such an MPI segfaults, so guessing "no" is the safe side.
+    Open MPI export when built with CUDA, is asked at run time, and the CUDA driver must load in this process:
+    Open MPI 4.1 answers yes whenever it was built with CUDA, even where its own start of CUDA failed (no
+    driver: it then says "CUDA-aware support is disabled" and would crash on a device pointer). A library
+    that cannot answer is taken as not CUDA-aware: guessing "no" is the safe side.
     """
     override = os.environ.get("GRIDCOMM_MPI_CUDA_AWARE")
     if override is not None and override != "":
         return override.strip().lower() in ("1", "true", "yes", "on")
+    return _mpi_says_cuda_aware() and _cuda_driver_loads()
+
+
+def _mpi_says_cuda_aware() -> bool:
+    """MPIX_Query_cuda_support() of the libmpi mpi4py loaded; False where it has none."""
     from mpi4py import MPI  # noqa: F401  (loads libmpi so that it shows in the process maps)
 
     for path in _loaded_libraries("libmpi"):
@@ -40,6 +47,15 @@ def mpi_cuda_aware() -> bool:
         query.restype = ctypes.c_int
         return bool(query())
     return False
+
+
+def _cuda_driver_loads() -> bool:
+    """Whether the CUDA driver library (what a CUDA-aware MPI loads to use device memory) loads here."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def mpi_library_version() -> str:

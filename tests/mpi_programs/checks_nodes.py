@@ -99,6 +99,30 @@ def check_a_mapping_names_each_groups_transport(comm):
     assert_everywhere(comm, "\n".join(problems) or None)
 
 
+@ranks(minimum=2)
+def check_benchmarks_mix_each_node_transport_with_each_network_one(comm):
+    """transports.mixes (what bench alltoall times beside the single transports on several nodes): none on one
+    node; across nodes every pair of a transport of one node and one that crosses them, and each moves the
+    exchange right."""
+    from gridcomm.transports import kind, mixes
+
+    problems = []
+    with gridcomm.Communicator(comm) as gc:
+        found = mixes(gc, ON_GPU)
+        if len(set(gc.nodes)) == 1:
+            problems += [f"mixes on one node: {found}"] if found else []
+        elif not found:
+            problems.append("no mix across the declared nodes")
+        d = _decomposition(gc)
+        for label, mapping in found.items():
+            if label != f"{mapping['node']}+{mapping['network']}" or kind(mapping["node"]).reach != "node":
+                problems.append(f"{label}: {mapping}")
+            _, mismatch, name = _exchanged(d, mapping, 5)
+            problems += [f"{label} ({name}): {mismatch}"] if mismatch else []
+        d.comm.close()
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
 def check_bad_mappings_are_refused_on_every_rank(comm):
     """A reach that is not "node" or "network", an unknown transport, and (across declared nodes) a transport of
     one node for the network group or for every peer: TransportError on every rank, saying why."""

@@ -41,6 +41,7 @@ __all__ = [
     "by_label",
     "choose",
     "kind",
+    "mixes",
     "names",
     "preference",
     "reasons_for",
@@ -199,6 +200,19 @@ def reasons_for(comm: Communicator, reach: str, on_device: bool) -> dict[str, st
     # What one rank finds holds for all (a library missing on one rank): every rank must choose alike.
     everyone = comm.mpi.allgather(reasons)
     return {name: next((r[name] for r in everyone if r[name]), None) for name in reasons}
+
+
+def mixes(comm: Communicator, on_device: bool) -> dict[str, dict[str, str]]:
+    """Collective: where the ranks are on several nodes, every transport mapping a benchmark can time beside the
+    single transports: ``{"ipc+nccl": {"node": "ipc", "network": "nccl"}, ...}``, each transport of one node that
+    serves the peers on this rank's node with each transport that serves the others. Empty on one node."""
+    if len(set(comm.nodes)) < 2:
+        return {}
+    on_node, across = reasons_for(comm, "node", on_device), reasons_for(comm, "network", on_device)
+    order = names("device" if on_device else "host")
+    local = [n for n in order if on_node[n] is None and kind(n).reach == "node"]
+    remote = [n for n in order if across[n] is None]
+    return {f"{a}+{b}": {"node": a, "network": b} for a in local for b in remote}
 
 
 def preference(on_device: bool) -> list[str]:

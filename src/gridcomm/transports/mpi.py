@@ -43,8 +43,9 @@ class MpiTransport(Transport):
         if on_device and not mpi_cuda_aware():
             return (
                 "the fields are in GPU memory but this MPI is not CUDA-aware (MPIX_Query_cuda_support() "
-                "says no); handing it device pointers would crash it. Use transport='staged' or 'nccl', or an "
-                "MPI built with CUDA (set GRIDCOMM_MPI_CUDA_AWARE=1 only if you know it is)"
+                "says no, or the CUDA driver does not load); handing it device pointers would crash it. Use "
+                "transport='staged' or 'nccl', or an MPI built with CUDA (docs/installation.md, 'A CUDA-aware "
+                "MPI'; set GRIDCOMM_MPI_CUDA_AWARE=1 only if you know it is)"
             )
         return None
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...comm import Communicator
-from ...transports import LABELLED, Transport, usable
+from ...transports import LABELLED, Transport, mixes, usable
 from ...transpose import Transposer
 from .ceilings import (
     PeerBuffers,
@@ -67,17 +67,20 @@ NCCL_PEERS = ("nccl send/recv", "torch all_to_all")  # NCCL called directly, not
 def run_transfer(
     comm: Communicator,
     sizes: Sequence[int],
-    transports: Mapping[str, str | Transport] | None = None,
+    transports: Mapping[str, str | Transport | Mapping[str, str]] | None = None,
     samples: int = 7,
     progress: Callable[[int], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Collective: one row per message size, with every transport (``{label: name or Transport}``, default the
-    variants of every transport usable here), NCCL's own calls and the ceilings [s per exchange],
+    """Collective: one row per message size, with every transport (``{label: name, Transport or mapping}``,
+    default the variants of every transport usable here and, where the ranks are on several nodes, declared
+    ones included, each mix of a transport of one node with one across them, e.g. ``ipc+nccl``), NCCL's own
+    calls and the ceilings [s per exchange],
     ``progress(sizes done)`` after each; and what the rows share (the NVLink nominal rate, why a peer is
     missing)."""
     import cupy
 
-    transports = variants(usable(comm, on_device=True)) if transports is None else transports
+    if transports is None:  # on declared or real nodes, the mixed plans beside the single transports
+        transports = {**variants(usable(comm, on_device=True)), **mixes(comm, on_device=True)}
     peers = [r for r in range(comm.size) if r != comm.rank]
     buffers = PeerBuffers(comm, max(sizes))
     no_torch = torch_process_group(comm)
