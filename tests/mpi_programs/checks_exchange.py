@@ -126,6 +126,29 @@ def check_ownership_and_rank_layout(comm):
     assert_everywhere(comm, "\n".join(problems) or None)
 
 
+def check_neighbor_collective_of_an_mpi_3_library(comm):
+    """MpiTransport(method="neighbor") on a library without persistent collectives (Open MPI 4.1 raises
+    NotImplementedError for MPI_Neighbor_alltoallw_init): one non-blocking collective per exchange, twice over,
+    every cell right."""
+    from gridcomm.transports import MpiTransport
+    from gridcomm.transports import mpi as mpi_module
+
+    if ON_GPU and not gridcomm.mpilib.mpi_cuda_aware():
+        return  # device fields never reach such an MPI
+    problems = []
+    saved, mpi_module._NeighborChannel.persistent = mpi_module._NeighborChannel.persistent, False
+    try:
+        for shape, halo, periodic in CASES[:3]:
+            d = CartesianDecomposition(comm, grow(shape, halo, comm.Get_size()), halo=halo, periodic=periodic)
+            for seed in (0, 1):
+                if p := exchange_problems(d, [("float64", "C"), ("int16", "F")], MpiTransport(method="neighbor"), seed):
+                    problems.append(f"{d.global_shape} halo={halo} periodic={periodic}, seed {seed}: {p}")
+            d.comm.close()
+    finally:
+        mpi_module._NeighborChannel.persistent = saved
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
 def check_exchange_matches_reference(comm):
     """Box stencil, 1-3-D, periodic or not, asymmetric halos: every local cell, halo included."""
     problems = []

@@ -7,7 +7,7 @@ starts them and tests them: no Python objects or MPI requests are created per ex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ..comm import Communicator
 from ..errors import ArgumentError, GridcommTimeout
@@ -100,7 +100,12 @@ class _P2PChannel(Channel):
 
 
 class _NeighborChannel(Channel):
-    """All messages in one persistent MPI_Neighbor_alltoallw over a distributed-graph communicator."""
+    """All messages in one MPI_Neighbor_alltoallw over a distributed-graph communicator: a persistent request
+    started at each exchange where MPI has them (MPI 4: MPICH 4, Open MPI 5), else one non-blocking collective
+    posted at each exchange (MPI 3: Open MPI 4.1, which raises NotImplementedError for the persistent one)."""
+
+    #: Whether to ask for the persistent collective (False: the MPI 3 way, as on a library without it).
+    persistent: ClassVar[bool] = True
 
     def __init__(self, comm: Communicator, packer: Any) -> None:
         from mpi4py import MPI
@@ -116,10 +121,18 @@ class _NeighborChannel(Channel):
             + [packer.recv_message(i) for i in range(len(self._sources))]
         ]
         sends, recvs = self._types[: len(destinations)], self._types[len(destinations) :]
-        self._request = self._graph.Neighbor_alltoallw_init(
+        self._messages = (
             [MPI.BOTTOM, [1] * len(sends), [0] * len(sends), sends],
             [MPI.BOTTOM, [1] * len(recvs), [0] * len(recvs), recvs],
         )
+        self._persistent = self.persistent
+        if self._persistent:
+            try:
+                self._request = self._graph.Neighbor_alltoallw_init(*self._messages)
+            except NotImplementedError:  # every rank runs the same library: all take the same way
+                self._persistent = False
+        if not self._persistent:
+            self._request = MPI.REQUEST_NULL
 
     @staticmethod
     def _absolute(message: Any) -> Any:
@@ -133,7 +146,10 @@ class _NeighborChannel(Channel):
     def start(self, stream: Any = None) -> None:
         if stream is not None:
             stream.synchronize()
-        self._request.Start()
+        if self._persistent:
+            self._request.Start()
+        else:
+            self._request = self._graph.Ineighbor_alltoallw(*self._messages)
 
     def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
@@ -144,7 +160,8 @@ class _NeighborChannel(Channel):
         )
 
     def close(self) -> None:
-        self._request.Free()
+        if self._persistent:
+            self._request.Free()
         for datatype in self._types:
             datatype.Free()
         self._graph.Free()
