@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +43,17 @@ def bench_ranks(nprocs: int, gpu: bool) -> Iterator[Any]:
         use_local_gpu(comm)
     yield comm
     comm.close()  # not after an error: the other ranks may not get here, and closing is collective
+
+
+def run_each(comm: Any, what: str, items: Sequence[Any], run: Callable[[Any], Any]) -> list[Any]:
+    """``run(item)`` for every item (collective), a progress bar on rank 0 saying ``what``; the results in order."""
+    rows = []
+    with progress(comm.rank == 0) as bar:
+        task = bar.add_task(what, total=len(items))
+        for item in items:
+            rows.append(run(item))
+            bar.advance(task)
+    return rows
 
 
 def save(
@@ -137,13 +148,7 @@ def _bench_halo(
         def run(case: Any) -> dict[str, Any]:
             return run_case(comm, case, samples, reasons)
 
-    todo = cases(size_list, field_list, levels, halo)
-    rows = []
-    with progress(comm.rank == 0) as bar:
-        task = bar.add_task("halo exchange cases", total=len(todo))
-        for case in todo:
-            rows.append(run(case))
-            bar.advance(task)
+    rows = run_each(comm, "halo exchange cases", cases(size_list, field_list, levels, halo), run)
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
         config = {
@@ -206,12 +211,12 @@ def _bench_halo_mixed(
         import numpy
 
         transports, xp, timer = dict(VARIANTS), numpy, None
-    rows = []
-    with progress(comm.rank == 0) as bar:
-        task = bar.add_task("mixed halo cases", total=len(size_list))
-        for n in size_list:
-            rows.append(run_mixed_case(comm, MixedCase(n, levels, halo), samples, transports, xp, timer))
-            bar.advance(task)
+    rows = run_each(
+        comm,
+        "mixed halo cases",
+        size_list,
+        lambda n: run_mixed_case(comm, MixedCase(n, levels, halo), samples, transports, xp, timer),
+    )
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
         config = {
@@ -322,15 +327,14 @@ def _bench_transfer(
 
 def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, samples: int, out: Path) -> None:
     from ..bench.results import bytes_text, plot_transfer
-    from ..bench.transfer import run_transfer, sizes_between, variants
+    from ..bench.transfer import run_transfer, sizes_between
     from ..measure.machine import machine_info
 
     sizes = sizes_between(smallest, largest)
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"{kind}: message sizes", total=len(sizes))
-        rows, shared = run_transfer(
-            comm, sizes, variants(usable(comm, on_device=True)), samples, lambda done: bar.update(task, completed=done)
-        )
+        # every usable transport's variants and, on several nodes, their mixes (run_transfer's default)
+        rows, shared = run_transfer(comm, sizes, None, samples, lambda done: bar.update(task, completed=done))
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size)
         config = {"sizes": sizes, "samples": samples, "ranks": comm.size, **shared}
@@ -388,12 +392,9 @@ def _bench_transpose(comm: Any, size_list: list[int], dtype: str, samples: int, 
 
     reasons = peer_reasons(comm) if peers else {}
     say_peers(comm, reasons)
-    rows = []
-    with progress(comm.rank == 0) as bar:
-        task = bar.add_task("transposition sizes", total=len(size_list))
-        for n in size_list:
-            rows.append(run_transpose_case(comm, n, dtype, samples, reasons))
-            bar.advance(task)
+    rows = run_each(
+        comm, "transposition sizes", size_list, lambda n: run_transpose_case(comm, n, dtype, samples, reasons)
+    )
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=0)
         config = {
@@ -531,12 +532,9 @@ def _bench_mpdata_cpu(comm: Any, grid_list: list[str], level_list: list[int], st
     from ..measure.machine import machine_info
 
     todo = [(g, n) for g in grid_list for n in level_list]
-    rows = []
-    with progress(comm.rank == 0) as bar:
-        task = bar.add_task("MPDATA cases", total=len(todo))
-        for grid, nlev in todo:
-            rows.append(benchmark_mpdata(comm, grid, levels=nlev, steps=steps))
-            bar.advance(task)
+    rows = run_each(
+        comm, "MPDATA cases", todo, lambda case: benchmark_mpdata(comm, case[0], levels=case[1], steps=steps)
+    )
     if comm.rank == 0:
         config = {"grids": grid_list, "levels": sorted(level_list), "steps": steps, "alpha": "pi/4"}
         path, _ = save(out, "mpdata", machine_info(comm.size), config, rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -48,8 +49,9 @@ def _main(
 ) -> None:
     # The group's own options (its help is the Typer's); and in every process a command starts, SIGUSR1 prints
     # every thread's Python stack to stderr (kill -USR1 PID): where a rank of a stuck run is.
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):  # a stderr with no file behind it: no dump
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
 
 
 @app.command()
