@@ -61,8 +61,8 @@ class GridcommTimeout(GridcommError, TimeoutError):
         elapsed: seconds waited.
     """
 
-    def __init__(self, operation: str, rank: int, peers: Sequence[int], elapsed: float) -> None:
-        self.operation = operation
+    def __init__(self, operation: object, rank: int, peers: Sequence[int], elapsed: float) -> None:
+        self.operation = str(operation)  # exchanges name themselves lazily (see exchange._InFlight)
         self.rank = rank
         self.peers = tuple(peers)
         self.elapsed = elapsed

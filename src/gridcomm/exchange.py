@@ -96,6 +96,24 @@ class NoExchange:
         pass
 
 
+class _InFlight:
+    """The name of an exchanger's exchange in flight, e.g. "halo exchange #21 (exchanger tag 0, 1 field(s))", as
+    timeouts and validation errors give it: made into text only when one is raised, not at every wait (on the
+    host that is a tenth of an 8-byte exchange)."""
+
+    __slots__ = ("_exchange",)
+
+    def __init__(self, exchange: BoundExchange) -> None:
+        self._exchange = exchange
+
+    def __str__(self) -> str:
+        e = self._exchange
+        return f"{e._what} #{e.count} (exchanger tag {e.tag}, {len(e.sources)} field(s))"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 class ExchangeHandle:
     """An exchange in flight: ``wait()`` completes it (received data is in place when it returns)."""
 
@@ -118,7 +136,8 @@ class ExchangeHandle:
         if not self.done:
             self._exchanger._complete(self.stream)
             self.done = True
-            self._exchanger._validate(self.stream)
+            if self._exchanger._validator is not None:
+                self._exchanger._validate(self.stream)
 
 
 class CapturedExchange:
@@ -320,6 +339,7 @@ class BoundExchange:
         usable in order of preference; a transport that cannot bind these arrays gives way to the next). Sets
         ``self._groups``, ``self.transport`` (a ``transports.Mixed`` of several), ``self.transport_reason`` and
         the copies of what this rank sends itself that no transport's kernel makes."""
+        self._in_flight = _InFlight(self)
         own = self._own_layout()
         copied = self._own is not None and own is None
         specs = self.layout.fields
@@ -529,12 +549,11 @@ class BoundExchange:
         later work on that stream sees the received data once ``wait()`` has returned. Work that touches
         neither what is received nor what is sent may run in between (for GPU fields: on another stream).
         """
-        name = type(self).__name__
         if self._closed:
-            raise GridcommError(f"this {name} is closed; make a new one")
+            raise GridcommError(f"this {type(self).__name__} is closed; make a new one")
         if not self._handle.done and not self._abandoned:
-            raise GridcommError(f"an exchange is already in flight on this {name}; wait() for it first")
-        lanes = [None] * len(self._groups)
+            raise GridcommError(f"an exchange is already in flight on this {type(self).__name__}; wait() for it first")
+        lanes = self._lanes  # host fields: None for every group
         if self.on_device:
             stream = stream if stream is not None else self.xp.cuda.get_current_stream()
             if self._replay and not stream.is_capturing():
@@ -595,24 +614,19 @@ class BoundExchange:
             for dst, src in self._local_copies:
                 self.xp.copyto(dst, src)
 
-    @property
-    def _operation(self) -> str:
-        """How a timeout or a validation error names the exchange in flight."""
-        return f"{self._what} #{self.count} (exchanger tag {self.tag}, {len(self.sources)} field(s))"
-
     def _complete(self, stream: Any) -> None:
         if self._handle.replayed:  # the graph unpacked and joined the lanes: wait for it on the host
             for group in self._groups:
                 try:
-                    group.channel.wait(self.timeout, self._operation, stream)
+                    group.channel.wait(self.timeout, self._in_flight, stream)
                 except GridcommTimeout as error:
                     self._give_up(error)
             self._handle.replayed = False
             return
-        lanes = [stream if lane is None else lane for lane in self._lanes]
+        lanes = self._lanes if stream is None else [stream if lane is None else lane for lane in self._lanes]
         for group, lane in zip(self._groups, lanes, strict=True):
             try:
-                group.channel.wait(self.timeout, self._operation, lane)
+                group.channel.wait(self.timeout, self._in_flight, lane)
             except GridcommTimeout as error:
                 self._give_up(error)
             group.packer.unpack()
@@ -626,7 +640,7 @@ class BoundExchange:
         """Validation mode: compare what arrived with the peers' checksums (ValidationError on a mismatch)."""
         if self._validator is not None:
             try:
-                self._validator.check(self.timeout, self._operation, stream)
+                self._validator.check(self.timeout, self._in_flight, stream)
             except GridcommTimeout as error:
                 self._give_up(error)
 

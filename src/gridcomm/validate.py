@@ -131,7 +131,7 @@ class ExchangeValidator:
                 self._sent.append(sent)  # must live until its send completes
                 self._requests += [mpi.Irecv(expected, peer, self._tag), mpi.Isend(sent, peer, self._tag)]
 
-    def check(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def check(self, timeout: float, operation: object, stream: Any = None) -> None:
         """After the exchange: compare the destinations' checksums with the peers'; ValidationError on a mismatch."""
         from mpi4py import MPI
 
@@ -148,7 +148,7 @@ class ExchangeValidator:
                 if len(bad):
                     raise ValidationError(self._describe(plans, int(bad[0]), len(bad), operation))
 
-    def _describe(self, plans: Sequence[PeerPlan], block: int, count: int, operation: str) -> str:
+    def _describe(self, plans: Sequence[PeerPlan], block: int, count: int, operation: object) -> str:
         """Which field, peer and elements checksum block number ``block`` of the receive side of ``plans`` (one
         per field) covers."""
         for field, blocks in enumerate(self._blocks(plans, "recv")):

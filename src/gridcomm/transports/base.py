@@ -37,14 +37,15 @@ class Channel(ABC):
         """Post every receive and send (the pack is enqueued, or done for host fields, already)."""
 
     @abstractmethod
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         """Complete every posted message (or enqueue its completion on ``stream``), or raise GridcommTimeout
-        naming ``operation`` and the silent peers."""
+        naming ``operation`` and the silent peers (``str(operation)``: an exchange's name is made only when an
+        error needs it, not at every wait)."""
 
     def finish(self, stream: Any = None) -> None:  # noqa: B027 (optional hook)
         """After the unpack is enqueued: tell the senders their data has been consumed (if the transport must)."""
 
-    def check(self, operation: str) -> None:  # noqa: B027 (optional hook)
+    def check(self, operation: object) -> None:  # noqa: B027 (optional hook)
         """Raise GridcommTimeout if a wait that ran on the GPU (e.g. in a replayed CUDA graph) gave up."""
 
     @abstractmethod

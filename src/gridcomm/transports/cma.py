@@ -179,7 +179,7 @@ class _CmaChannel(Channel):
                 self._pending.remove(index)
         return not self._pending and MPI.Request.Testall(self._done_in + self._ready_out + self._done_out)
 
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         def silent(elapsed: float) -> GridcommTimeout:
             peers = {self._sources[i] for i in self._pending}
             peers |= {p for r, p in zip(self._done_in, self._destinations, strict=True) if not r.Test()}

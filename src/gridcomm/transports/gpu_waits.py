@@ -50,7 +50,7 @@ class GpuWaitReport:
         """Seconds each GPU-side wait may take before it gives up."""
         self.limit_ns = np.uint64(int(timeout * 1e9))
 
-    def check(self, operation: str) -> None:
+    def check(self, operation: object) -> None:
         """Raise GridcommTimeout if a GPU-side wait gave up (read from host-mapped memory; no sync)."""
         if self.error[0]:
             _, peer, exchange, step = (int(x) for x in self.error)
@@ -62,7 +62,7 @@ class GpuWaitReport:
                 float(self.limit_ns) / 1e9,
             )
 
-    def wait(self, timeout: float, operation: str, stream: Any) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any) -> None:
         """Wait on the host until ``stream`` has passed the exchange (GridcommTimeout if the GPU never does)."""
 
         def gpu_stuck(elapsed: float) -> GridcommTimeout:
@@ -86,13 +86,13 @@ class GpuWaitChannel(Channel):
         self.abandoned = False
         self._waits.set_timeout(timeout)
 
-    def check(self, operation: str) -> None:
+    def check(self, operation: object) -> None:
         try:
             self._waits.check(operation)
         except GridcommTimeout:
             self.abandoned = True
             raise
 
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         self._waits.wait(timeout, operation, stream)
         self.check(operation)

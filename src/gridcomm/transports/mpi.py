@@ -58,7 +58,7 @@ class MpiTransport(Transport):
         return _P2PChannel(comm, packer, tag)
 
 
-def _timeout(comm: Communicator, operation: str, silent: list[int], elapsed: float) -> GridcommTimeout:
+def _timeout(comm: Communicator, operation: object, silent: list[int], elapsed: float) -> GridcommTimeout:
     return GridcommTimeout(operation, comm.rank, silent, elapsed)
 
 
@@ -80,7 +80,7 @@ class _P2PChannel(Channel):
             stream.synchronize()  # the packed data must be in memory before MPI reads it
         self._startall(self._all)
 
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         if self._testall(self._all):  # done already: no closures made
             return
 
@@ -151,7 +151,7 @@ class _NeighborChannel(Channel):
         else:
             self._request = self._graph.Ineighbor_alltoallw(*self._messages)
 
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
         poll_until(
             self._request.Test,

@@ -80,7 +80,7 @@ class _NcclChannel(Channel):
             comm.send(address, nbytes, nccl.NCCL_UINT8, peer, ptr)
         nccl.groupEnd()
 
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         """The transfers complete in stream order, before the unpack; the host waits for them (except while
         the stream is captured into a graph) so that a silent peer ends in GridcommTimeout, not a hang."""
 

@@ -120,7 +120,7 @@ class _StagedChannel(Channel):
                 self._landed[k] = True
         return all(self._landed) and all(self._sent) and all(r.Test() for *_, r in self._sends)
 
-    def wait(self, timeout: float, operation: str, stream: Any = None) -> None:
+    def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         def silent(elapsed: float) -> GridcommTimeout:
             peers = sorted({p for (*_, p, _), landed in zip(self._recvs, self._landed, strict=True) if not landed})
             return GridcommTimeout(operation, self._comm.rank, peers, elapsed)
