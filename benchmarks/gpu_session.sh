@@ -198,6 +198,8 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
       bench-alltoall)  # ALLTOALL_ARGS: more options (e.g. --largest 134217728 --samples 5)
         stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" ${ALLTOALL_ARGS:-} --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;
+      bench-halo-mixed)  # u, v, p of their own halos and faces in one exchange, against three and the same bytes
+        stage bench-halo-mixed 200 $py -m gridcomm bench halo --gpu --mixed --np "$ngpu" --out "$dir/results" ;;
       bench-spectral)  # the seed's Figure 4 on every GPU: one step per transport, and TCo639 as the seed ran it
         stage bench-spectral 300 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O160,O320,O640 \
           --transports staged,nccl,ipc --out "$dir/results"
