@@ -494,3 +494,15 @@ def test_sigusr1_prints_where_a_stuck_command_is(tmp_path):
             proc.wait()
     text = err.read_text()
     assert "Current thread" in text and "run_under_mpiexec" in text, text
+
+
+def test_bench_halo_on_declared_nodes_times_the_mixes(tmp_path):
+    """4 ranks as 2 nodes of 2: cma cannot serve the peers on the other node, so it is left out and cma+mpi (cma
+    on the node, mpi across) is timed beside the mpi variants; the run does not stop on cma's refusal."""
+    proc = run_gridcomm(
+        "bench", "halo", "--np", "4", "--quick", "--no-peers", "--out", str(tmp_path), GRIDCOMM_RANKS_PER_NODE="2"
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (path,) = tmp_path.glob("halo-cpu-4r-*.json")
+    for r in json.loads(path.read_text())["results"]:
+        assert "cma" not in r["variants"] and {"cma+mpi", "p2p/copy"} <= set(r["variants"]), r["variants"]

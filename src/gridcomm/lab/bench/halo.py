@@ -18,7 +18,7 @@ turn with the others' (``time_interleaved``), so that the ratios hold on a machi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
 from ...errors import GridcommError
 from ...exchange import HaloExchanger
-from ...transports import CmaTransport, MpiTransport, Transport
+from ...transports import CmaTransport, MpiTransport, Transport, mixes
 from ..measure.timing import time_interleaved
 from .peers import GhexHalo, same_bits
 
@@ -39,6 +39,18 @@ VARIANTS: dict[str, Transport] = {
     "neighbor/datatype": MpiTransport("neighbor", "datatype"),
     "neighbor/copy": MpiTransport("neighbor", "copy"),
 }
+
+
+def host_variants(
+    comm: Communicator, variants: Mapping[str, Transport] | None = None
+) -> dict[str, Transport | dict[str, str]]:
+    """Collective: the ``variants`` (default VARIANTS) that can serve every peer here (not cma where the ranks
+    are on several nodes, declared ones included) and, on several nodes, each mix of a transport of one node
+    with one across them (``cma+mpi``: transports.mixes)."""
+    usable: dict[str, Transport | dict[str, str]] = {
+        name: t for name, t in (variants or VARIANTS).items() if t.unusable_reason(comm, on_device=False) is None
+    }
+    return usable | mixes(comm, on_device=False)
 
 
 @dataclass(frozen=True)
@@ -142,10 +154,11 @@ def run_case(
     ``case`` (collective, host fields), their samples interleaved; returns one result row."""
     decomposition = _decomposition(comm, case)
     fields = _fields(decomposition, case, np)
+    variants = host_variants(comm)
     with contextlib.ExitStack() as bound:
         exchangers = {
             name: bound.enter_context(HaloExchanger(decomposition, fields, transport))
-            for name, transport in VARIANTS.items()
+            for name, transport in variants.items()
         }
         first = next(iter(exchangers.values()))  # the floors move the same per-peer bytes as the exchanges
         runs = {name: exchanger.exchange for name, exchanger in exchangers.items()}
@@ -157,7 +170,7 @@ def run_case(
         timings = time_interleaved(comm.mpi, runs, samples=samples)
         row = _row(case, decomposition, first)
     floor, floor_fresh = timings.pop("floor"), timings.pop("floor_fresh")
-    peer_timings = {name: timings.pop(name) for name in [k for k in timings if k not in VARIANTS]}
+    peer_timings = {name: timings.pop(name) for name in [k for k in timings if k not in variants]}
     best = min(timings, key=lambda k: timings[k].median)
     return {
         **row,

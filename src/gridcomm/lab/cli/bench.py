@@ -196,7 +196,7 @@ def _halo_table(rows: list[dict[str, Any]]) -> Any:
 def _bench_halo_mixed(
     comm: Any, gpu: bool, size_list: list[int], levels: int, halo: int, samples: int, out: Path
 ) -> None:
-    from ..bench.halo import VARIANTS
+    from ..bench.halo import host_variants
     from ..bench.mixed import MixedCase, run_mixed_case
     from ..measure.machine import machine_info
 
@@ -210,7 +210,7 @@ def _bench_halo_mixed(
     else:
         import numpy
 
-        transports, xp, timer = dict(VARIANTS), numpy, None
+        transports, xp, timer = host_variants(comm), numpy, None
     rows = run_each(
         comm,
         "mixed halo cases",
