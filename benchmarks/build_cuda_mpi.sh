@@ -20,6 +20,8 @@ sources=$(realpath -m "${SOURCES:-.whl/cuda-mpi/src}")
 cuda=${CUDA_HOME:-/usr/local/cuda}
 version=4.1.4
 
+# A carried install lives elsewhere than where it was built: Open MPI finds itself through OPAL_PREFIX.
+export OPAL_PREFIX="$prefix" LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ -x "$prefix/bin/ompi_info" ] &&
   "$prefix/bin/ompi_info" --parsable --all 2>/dev/null | grep -q "mpi_built_with_cuda_support:value:true"; then
   echo "build_cuda_mpi: $prefix has a CUDA-aware Open MPI $version already"
