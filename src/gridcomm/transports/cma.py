@@ -146,13 +146,19 @@ class _CmaChannel(Channel):
         self._ready_in = [mpi.Recv_init(empty, p, ready) for p in self._sources]
         self._done_out = [mpi.Send_init(empty, p, done) for p in self._sources]
         self._pending: list[int] = []
-
-    def start(self, stream: Any = None) -> None:
+        # Made once: an exchange is then a few calls into MPI with no lookups or list building (an 8-byte
+        # exchange is a few microseconds).
         from mpi4py import MPI
 
-        MPI.Prequest.Startall(self._ready_in + self._done_in)
-        MPI.Prequest.Startall(self._ready_out)
-        self._pending = list(range(len(self._sources)))
+        self._startall, self._testall = MPI.Prequest.Startall, MPI.Request.Testall
+        self._posted_first = self._ready_in + self._done_in
+        self._completing = self._done_in + self._ready_out + self._done_out
+        self._every_source = range(len(self._sources))
+
+    def start(self, stream: Any = None) -> None:
+        self._startall(self._posted_first)
+        self._startall(self._ready_out)
+        self._pending = list(self._every_source)
 
     def _read(self, index: int) -> None:
         pid, locals_, remotes, total = self._reads[index]
@@ -170,14 +176,12 @@ class _CmaChannel(Channel):
             raise GridcommError(f"rank {self._comm.rank}: read {copied} of {total} B from rank {self._sources[index]}")
 
     def _progress(self) -> bool:
-        from mpi4py import MPI
-
         for index in list(self._pending):
             if self._ready_in[index].Test():
                 self._read(index)
                 self._done_out[index].Start()
                 self._pending.remove(index)
-        return not self._pending and MPI.Request.Testall(self._done_in + self._ready_out + self._done_out)
+        return not self._pending and self._testall(self._completing)
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         def silent(elapsed: float) -> GridcommTimeout:
@@ -191,3 +195,4 @@ class _CmaChannel(Channel):
         for request in self._ready_out + self._done_in + self._ready_in + self._done_out:
             request.Free()
         self._ready_out = self._done_in = self._ready_in = self._done_out = []
+        self._posted_first = self._completing = []
