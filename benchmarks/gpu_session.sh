@@ -216,7 +216,8 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
         stage spectral-probe-small 150 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O160 --levels 10 \
           --steps 3 --transports ipc --pipeline 1,4 --no-peer --out "$dir/results"
         for replay in 1 0; do
-          ( sleep 100; pkill -USR1 -f "gridcomm bench spectral" ) &
+          # the Python processes only: `timeout` and the launcher would die of a SIGUSR1 of their own
+          ( sleep 100; pkill -USR1 -f "^[^ ]*python[0-9.]* -m gridcomm bench spectral" ) &
           probe=$!
           GRIDCOMM_TIMEOUT=200 GRIDCOMM_REPLAY=$replay stage "spectral-probe-replay$replay" 260 $py -m gridcomm \
             bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 --fields 3 --steps 3 --transports ipc \
