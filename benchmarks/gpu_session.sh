@@ -225,6 +225,10 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
           kill "$probe" 2>/dev/null
         done
         ;;
+      transposition-shape)  # TCo639's transposition against contiguous blocks of the same bytes, every GPU
+        stage transposition-shape 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/transposition_shape.py', '--out', '$dir/results']))"
+        ;;
       bench-spectral1)  # one GPU: the seed's grids, and TCo639 as the seed ran it
         stage bench-spectral1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O160,O320,O640 --out "$dir/results"
         stage bench-tco639-1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O640 --levels 137 --fields 3 \
