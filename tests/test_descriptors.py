@@ -17,16 +17,16 @@ import numpy as np
 from harness import (
     DTYPES,
     describe_mismatch,
+    every_rank,
     examples,
     expected_cells,
     local_with_sentinel,
     random_global,
-    stand_in_comm,
 )
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from gridcomm import Box, CartesianDecomposition, DecompositionError, Pattern
+from gridcomm import Box, DecompositionError, Pattern
 from gridcomm.packing import FieldSpec, Layout
 from gridcomm.packing.geometry import run_grid
 from gridcomm.packing.table import (
@@ -127,10 +127,6 @@ def test_pieces_of_lanes_are_interleaved(segments, blocks, piece_units):
     for b in range(blocks):
         mine = [keys[p] for p in range(b, len(piece_segment), blocks) if p in keys]
         assert mine == sorted(mine)  # each block walks its pieces in the order they were dealt
-
-
-def every_rank(n, shape, **kwargs) -> list[CartesianDecomposition]:
-    return [CartesianDecomposition(stand_in_comm(r, n), shape, **kwargs) for r in range(n)]
 
 
 @st.composite

@@ -16,35 +16,26 @@ from harness import (
     DTYPES,
     cell_bytes,
     describe_mismatch,
+    every_rank,
     examples,
     expected_cells,
     local_with_sentinel,
     random_global,
-    stand_in_comm,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridcomm import Box, CartesianDecomposition, Pattern, PatternError, PeerPlan
+from gridcomm import Box, Pattern, PatternError, PeerPlan
+from gridcomm.decomp.procgrid import factorisations
 from gridcomm.packing import CopyPacker, FieldSpec, Layout, OwnCopier
 from gridcomm.packing.layout import ALIGNMENT
-
-
-def every_rank(n, shape, **kwargs) -> list[CartesianDecomposition]:
-    return [CartesianDecomposition(stand_in_comm(r, n), shape, **kwargs) for r in range(n)]
-
-
-def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
-    if ndim == 1:
-        return [(n,)]
-    return [(f, *rest) for f in range(1, n + 1) if n % f == 0 for rest in factorisations(n // f, ndim - 1)]
 
 
 @st.composite
 def decompositions(draw, max_ranks=12):
     n = draw(st.integers(1, max_ranks))
     ndim = draw(st.integers(1, 3))
-    grid = draw(st.sampled_from(factorisations(n, ndim)))
+    grid = draw(st.sampled_from(list(factorisations(n, ndim))))
     halo = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(ndim))
     least = [max(p, p * max(h)) for p, h in zip(grid, halo, strict=True)]
     shape = tuple(draw(st.integers(n, n + 9)) for n in least)

@@ -14,29 +14,20 @@ from harness import (
     DTYPES,
     cell_bytes,
     describe_mismatch,
+    every_rank,
     expected_cells,
     local_with_halo,
     staggered_owned_slices,
     staggered_shape,
-    stand_in_comm,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridcomm import ArgumentTypeError, CartesianDecomposition, DecompositionError, FieldError
+from gridcomm import ArgumentTypeError, DecompositionError, FieldError
 from gridcomm.decomp.field import normalise_stagger
+from gridcomm.decomp.procgrid import factorisations
 from gridcomm.packing import FieldSpec, Layout, local_copies
 from gridcomm.pattern import FieldPatterns
-
-
-def every_rank(n, shape, **kwargs) -> list[CartesianDecomposition]:
-    return [CartesianDecomposition(stand_in_comm(r, n), shape, **kwargs) for r in range(n)]
-
-
-def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
-    if ndim == 1:
-        return [(n,)]
-    return [(f, *rest) for f in range(1, n + 1) if n % f == 0 for rest in factorisations(n // f, ndim - 1)]
 
 
 def staggered_owned(d, stagger) -> tuple[slice, ...]:
@@ -47,7 +38,7 @@ def staggered_owned(d, stagger) -> tuple[slice, ...]:
 def staggered_cases(draw, max_ranks=8):
     n = draw(st.integers(1, max_ranks))
     ndim = draw(st.integers(1, 3))
-    grid = draw(st.sampled_from(factorisations(n, ndim)))
+    grid = draw(st.sampled_from(list(factorisations(n, ndim))))
     halo = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(ndim))
     least = [max(p, p * max(h)) for p, h in zip(grid, halo, strict=True)]
     shape = tuple(draw(st.integers(m, m + 7)) for m in least)

@@ -5,7 +5,6 @@ Every exchange check runs over all four MPI transport configurations (p2p/neighb
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import zlib
@@ -30,13 +29,10 @@ from harness import (
 
 import gridcomm
 from gridcomm import CartesianDecomposition, GridcommError, TransportError
+from gridcomm.decomp.procgrid import factorisations
 
 # The structured suite also covers the transports that move boxes only (on the GPU: ipc's copy engines).
 TRANSPORTS = {**TRANSPORTS, **BOX_TRANSPORTS}
-
-
-def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
-    return [g for g in itertools.product(range(1, n + 1), repeat=ndim) if math.prod(g) == n]
 
 
 def fitting_grids(n: int, shape: tuple[int, ...], limit: int = 4) -> list[tuple[int, ...]]:

@@ -33,7 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from checks_property import factorisations, predicted_grid
+from checks_property import predicted_grid
 from checks_transpose import counts_plan, filled, gathered_problems, sentinel
 from harness import (
     DTYPES,
@@ -59,6 +59,7 @@ from gridcomm import (
     Transposer,
     UnstructuredDecomposition,
 )
+from gridcomm.decomp.procgrid import factorisations
 
 EXCHANGE_TIMEOUT_S = 20.0  # per rank, on every exchanger built here: a hang becomes GridcommTimeout
 # dtypes no exchanger takes: object, structured, strings, non-native byte order, datetimes, long double.
@@ -265,7 +266,7 @@ def cartesian_args(draw: Any, n: int, least: int = 1) -> dict[str, Any]:
     if len(set(periodic)) == 1 and draw(st.booleans()):
         periodic_arg = np.bool_(periodic[0])
     grid_mode = draw(st.sampled_from(["none", "given", "partial"]))
-    grid = None if grid_mode == "none" else draw(st.sampled_from(factorisations(n, ndim)))
+    grid = None if grid_mode == "none" else draw(st.sampled_from(list(factorisations(n, ndim))))
     if grid_mode == "partial":
         grid = tuple(0 if draw(st.booleans()) else p for p in grid)
     shape = tuple(draw(st.integers(least, 10)) for _ in range(ndim))

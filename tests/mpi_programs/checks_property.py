@@ -41,7 +41,7 @@ from mpi4py import MPI
 
 import gridcomm
 from gridcomm import CartesianDecomposition, DecompositionError
-from gridcomm.decomp.procgrid import choose_proc_grid
+from gridcomm.decomp.procgrid import choose_proc_grid, factorisations
 
 MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_EXAMPLES", "1800"))
 
@@ -63,12 +63,6 @@ class Case:
     seed: int
     root: int
     rounds: int
-
-
-def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
-    if ndim == 1:
-        return [(n,)]
-    return [(f, *rest) for f in range(1, n + 1) if n % f == 0 for rest in factorisations(n // f, ndim - 1)]
 
 
 def predicted_grid(case: Case) -> tuple[int, ...] | None:
@@ -112,7 +106,7 @@ def cases(draw, world_size: int) -> Case:
     grid_mode = draw(st.sampled_from(["choose", "given", "partial"]))
     grid = None
     if grid_mode != "choose":
-        grid = draw(st.sampled_from(factorisations(n, ndim)))
+        grid = draw(st.sampled_from(list(factorisations(n, ndim))))
         if grid_mode == "partial":
             grid = tuple(0 if draw(st.booleans()) else p for p in grid)
     # Mostly shapes that fit the drawn grid and halo; now and then anything (then it must raise).

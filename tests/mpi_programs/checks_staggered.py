@@ -55,6 +55,7 @@ from gridcomm import (
     PatternError,
     UnstructuredDecomposition,
 )
+from gridcomm.decomp.procgrid import factorisations
 
 MAX_EXAMPLES = int(os.environ.get("GRIDCOMM_PROPERTY_STAGGERED_EXAMPLES", "300"))
 
@@ -85,12 +86,6 @@ class Case:
     seed: int
     root: int
     rounds: int
-
-
-def factorisations(n: int, ndim: int) -> list[tuple[int, ...]]:
-    if ndim == 1:
-        return [(n,)]
-    return [(f, *rest) for f in range(1, n + 1) if n % f == 0 for rest in factorisations(n // f, ndim - 1)]
 
 
 @st.composite
@@ -125,7 +120,7 @@ def stagger_forms(draw, ndim: int) -> tuple[object, tuple[int, ...]]:
 def cases(draw, world_size: int) -> Case:
     n = draw(rank_counts(world_size))
     ndim = draw(st.integers(1, 3))
-    grid = draw(st.sampled_from(factorisations(n, ndim)))
+    grid = draw(st.sampled_from(list(factorisations(n, ndim))))
     halo = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(ndim))
     least = [max(p, p * max(h)) for p, h in zip(grid, halo, strict=True)]
     shape = tuple(draw(st.integers(m, max(m + 6, 8))) for m in least)

@@ -185,6 +185,11 @@ def ranks(minimum: int = 1, maximum: int | None = None, only: Sequence[int] | No
     return mark
 
 
+def every_rank(n: int, shape: Any, **kwargs: Any) -> list[gridcomm.CartesianDecomposition]:
+    """The CartesianDecomposition of each of ``n`` ranks, built in this one process on stand-in communicators."""
+    return [gridcomm.CartesianDecomposition(stand_in_comm(r, n), shape, **kwargs) for r in range(n)]
+
+
 def stand_in_comm(rank: int, size: int) -> Any:
     """A gridcomm Communicator that knows its rank and size and nothing else (no MPI underneath): enough to
     build any rank's CartesianDecomposition and pattern in one process."""
