@@ -25,7 +25,7 @@ from typing import Any
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, CartesianField, choose_proc_grid
 from ...exchange import HaloExchanger
-from ...transports import Transport
+from ...transports import MpiTransport, Transport
 from ..measure.timing import Timing, time_collective
 
 #: The ways each transport is timed, in table order.
@@ -53,15 +53,15 @@ def c_grid(comm: Communicator, case: MixedCase) -> tuple[CartesianDecomposition,
     return grid, [grid.field(halo=faces, stagger="x"), grid.field(halo=faces, stagger="y"), grid.field()]
 
 
-def same_bytes(comm: Communicator, case: MixedCase, nbytes: int) -> tuple[CartesianDecomposition, int]:
+def same_bytes(comm: Communicator, case: MixedCase, nbytes: int) -> CartesianDecomposition:
     """A decomposition of cell-centred columns with p's halo on ``case``'s process grid whose exchange of one field
-    moves about ``nbytes`` per rank (the most over ranks), and that exchange's bytes (collective)."""
+    moves about ``nbytes`` per rank (the most over ranks; collective)."""
     one_level, _ = c_grid(comm, MixedCase(case.n, 1, case.halo))
-    with HaloExchanger(one_level, one_level.zeros()) as probe:
-        per_level = comm.mpi.allreduce(probe.bytes_per_exchange[0], op=_max())
-    levels = max(1, round(nbytes / per_level))
-    grid, _ = c_grid(comm, MixedCase(case.n, levels, case.halo))
-    return grid, levels * per_level
+    # Any transport lays the messages out alike: mpi binds without auto's measurement.
+    with HaloExchanger(one_level, one_level.zeros(), MpiTransport()) as probe:
+        per_level = _most(comm, probe.bytes_per_exchange[0])
+    grid, _ = c_grid(comm, MixedCase(case.n, max(1, round(nbytes / per_level)), case.halo))
+    return grid
 
 
 def _three_overlapped(exchangers: list[HaloExchanger]) -> Callable[[], None]:
@@ -100,11 +100,11 @@ def run_mixed_case(
     for name, transport in transports.items():
         with HaloExchanger(kinds, fields, transport) as one:
             if reference is None:
-                bytes_one = comm.mpi.allreduce(one.bytes_per_exchange[0], op=_max())
-                reference, bytes_reference = same_bytes(comm, case, bytes_one)
+                reference = same_bytes(comm, case, _most(comm, one.bytes_per_exchange[0]))
                 column = rng.random_sample(reference.local_shape)
             separate = [HaloExchanger(k, f, transport) for k, f in zip(kinds, fields, strict=True)]
             alike = HaloExchanger(reference, column, transport)
+            bytes_reference = _most(comm, alike.bytes_per_exchange[0])  # what it moves, padding included
             try:
                 ways = (one.exchange, _three(separate), _three_overlapped(separate), alike.exchange)
                 times[name] = {way: timer(run, samples) for way, run in zip(WAYS, ways, strict=True)}
@@ -131,19 +131,20 @@ def _row(
     comm: Communicator, case: MixedCase, grid: CartesianDecomposition, one: HaloExchanger, separate: list[HaloExchanger]
 ) -> dict[str, Any]:
     """What a result row says about the case: the shapes, and messages and bytes per rank (the most over ranks)."""
-    messages = comm.mpi.allreduce(len(one.layout.sends), op=_max())
-    separate_messages = comm.mpi.allreduce(sum(len(e.layout.sends) for e in separate), op=_max())
+    messages = _most(comm, len(one.layout.sends))
+    separate_messages = _most(comm, sum(len(e.layout.sends) for e in separate))
     return {
         "n": case.n,
         "levels": case.levels,
         "halo": case.halo,
         "proc_grid": list(grid.proc_grid),
         "messages_per_rank": {"one": messages, "three": separate_messages},
-        "bytes_per_rank": comm.mpi.allreduce(one.bytes_per_exchange[0], op=_max()),
+        "bytes_per_rank": _most(comm, one.bytes_per_exchange[0]),
     }
 
 
-def _max() -> Any:
+def _most(comm: Communicator, value: int) -> int:
+    """The largest ``value`` over the ranks (collective)."""
     from mpi4py import MPI
 
-    return MPI.MAX
+    return comm.mpi.allreduce(value, op=MPI.MAX)
