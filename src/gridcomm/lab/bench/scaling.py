@@ -58,7 +58,7 @@ class Link:
 class Machine:
     """The links of the modelled machine (bandwidths per GPU and direction, GB/s; latencies in seconds). NVLink
     is calibrated per count of GPUs exchanging at once: a node's GPUs share the switch, so what one GPU gets
-    falls as more of them send together (388 GB/s on 2 x H200, 265 GB/s each on 4)."""
+    falls as more of them send together (388 GB/s on 2 x H200, 354 GB/s out of each of 4)."""
 
     nvlink: tuple[Link, ...]
     network_GBps: float = 50.0  # one 400 Gb/s NIC per GPU
@@ -140,12 +140,11 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
         for r in payload["results"]:
             measured.append(_point("alltoall", r["bytes_per_peer"], gpus, r["times"]["ipc graph"]))
     stencil: dict[int, float] = {}
-    graph_mode = lambda p: any(r["mode"] == "graph" for r in p["results"])  # noqa: E731
-    if found := _newest(runs, "stencil2d", 1, graph_mode):
+    if found := _newest(runs, "stencil2d", 1, _has_graph_mode):
         sources["stencil2d"] = found[0]
         stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if r["mode"] == "graph"}
     for gpus in sorted(g for name, g in runs if name == "stencil2d" and g > 1):
-        if found := _newest(runs, "stencil2d", gpus, graph_mode):
+        if found := _newest(runs, "stencil2d", gpus, _has_graph_mode):
             for r in found[1]["results"]:
                 if r["mode"] == "graph":
                     measured.append(_point("stencil2d", r["n"], gpus, r["time_per_step_s"]))
@@ -164,6 +163,11 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
     return Inputs(machine, sources, stencil, mpdata, spectral, measured)
 
 
+def _has_graph_mode(payload: dict[str, Any]) -> bool:
+    """Whether a stencil2d run timed the graph mode (the one the model takes)."""
+    return any(r["mode"] == "graph" for r in payload["results"])
+
+
 def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
     """NVLink on ``gpus`` GPUs from an all-to-all run: the bandwidth of the peer-copy ceiling (every peer at once)
     at the largest block, bytes out of each GPU per second, and the latency of an ipc all-to-all of the smallest
@@ -177,16 +181,18 @@ def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
 
 def _spectral_points(runs: dict[tuple[str, int], list[Path]], one_gpu: dict[str, Any]) -> list[dict[str, Any]]:
     """The fastest step measured on each GPU count for the one-GPU input's grid, levels and batch, each
-    transport's run without a pipeline (the model counts the transpositions whole)."""
+    transport's run without a pipeline (the model counts the transpositions whole), from the newest run that
+    has one."""
+
+    def steps(payload: dict[str, Any]) -> list[float]:
+        same = (one_gpu["grid"], one_gpu["levels"], one_gpu["batch"])
+        return [r["time_per_step_s"] for r in payload["results"]
+                if (r["grid"], r.get("levels"), r.get("batch")) == same and (r.get("pipeline") or 1) == 1]  # fmt: skip
+
     points = []
     for gpus in sorted(g for name, g in runs if name == "spectral" and g > 1):
-        for path in runs[("spectral", gpus)]:
-            steps = [r["time_per_step_s"] for r in json.loads(path.read_text())["results"]
-                     if (r["grid"], r.get("levels"), r.get("batch")) == (one_gpu["grid"], 137, one_gpu["batch"])
-                     and (r.get("pipeline") or 1) == 1]  # fmt: skip
-            if steps:
-                points.append(_point("spectral", one_gpu["truncation"], gpus, min(steps)))
-                break
+        if found := _newest(runs, "spectral", gpus, lambda payload: bool(steps(payload))):
+            points.append(_point("spectral", one_gpu["truncation"], gpus, min(steps(found[1]))))
     return points
 
 
