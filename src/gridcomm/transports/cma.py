@@ -153,12 +153,11 @@ class _CmaChannel(Channel):
         self._startall, self._testall = MPI.Prequest.Startall, MPI.Request.Testall
         self._posted_first = self._ready_in + self._done_in
         self._completing = self._done_in + self._ready_out + self._done_out
-        self._every_source = range(len(self._sources))
 
     def start(self, stream: Any = None) -> None:
         self._startall(self._posted_first)
         self._startall(self._ready_out)
-        self._pending = list(self._every_source)
+        self._pending = list(range(len(self._sources)))
 
     def _read(self, index: int) -> None:
         pid, locals_, remotes, total = self._reads[index]
