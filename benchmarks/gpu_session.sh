@@ -212,14 +212,14 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
         ;;
       spectral-probe)  # where TCo639's pipelined run on every GPU stopped (2026-11-26: ranks 1-3 timed out in the
         # first Transposer() while rank 0 never came): a small grid first, then TCo639 with a long timeout, every
-        # rank's stack printed (SIGUSR1) after 100 s, then the same without the exchangers' own graphs
+        # rank's stack printed (SIGUSR1) after 75 s, then the same without the exchangers' own graphs
         stage spectral-probe-small 150 $py -m gridcomm bench spectral --gpu --np "$ngpu" --grids O160 --levels 10 \
           --steps 3 --transports ipc --pipeline 1,4 --no-peer --out "$dir/results"
         for replay in 1 0; do
           # the Python processes only: `timeout` and the launcher would die of a SIGUSR1 of their own
-          ( sleep 100; pkill -USR1 -f "^[^ ]*python[0-9.]* -m gridcomm bench spectral" ) &
+          ( sleep 75; pkill -USR1 -f "^[^ ]*python[0-9.]* -m gridcomm bench spectral" ) &
           probe=$!
-          GRIDCOMM_TIMEOUT=200 GRIDCOMM_REPLAY=$replay stage "spectral-probe-replay$replay" 260 $py -m gridcomm \
+          GRIDCOMM_TIMEOUT=150 GRIDCOMM_REPLAY=$replay stage "spectral-probe-replay$replay" 190 $py -m gridcomm \
             bench spectral --gpu --np "$ngpu" --grids O640 --levels 137 --fields 3 --steps 3 --transports ipc \
             --pipeline 1 --no-peer --out "$dir/results"
           kill "$probe" 2>/dev/null

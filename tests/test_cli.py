@@ -496,6 +496,43 @@ def test_sigusr1_prints_where_a_stuck_command_is(tmp_path):
     assert "Current thread" in text and "run_under_mpiexec" in text, text
 
 
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals on this platform")
+def test_a_command_with_a_progress_bar_finishes_on_a_terminal(tmp_path):
+    """Open MPI gives its ranks a pseudo-terminal for stdout, so rank 0 draws rich's bar; a line printed while
+    the bar ran went round between rich's stdout proxy and the console for ever (every bench on 4 GPUs hung)."""
+    import select
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_", "COLUMNS"))}
+    args = ["bench", "spectral", "--np", "1", "--grids", "O24", "--levels", "2", "--steps", "1", "--no-peer"]
+    main, terminal = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gridcomm", *args, "--out", str(tmp_path)],
+        stdin=terminal, stdout=terminal, stderr=terminal, env=environ, start_new_session=True,
+    )  # fmt: skip
+    os.close(terminal)
+    output = b""
+    try:
+        deadline = time.monotonic() + 600  # it needs seconds; only a hang comes near this
+        while time.monotonic() < deadline:
+            if select.select([main], [], [], 1.0)[0]:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the terminal's other end is closed: the command has ended
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=60) == 0, output.decode(errors="replace")[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(main)
+    assert list(tmp_path.glob("spectral-cpu-1r-*.json")), output.decode(errors="replace")[-4000:]
+
+
 def test_bench_halo_on_declared_nodes_times_the_mixes(tmp_path):
     """4 ranks as 2 nodes of 2: cma cannot serve the peers on the other node, so it is left out and cma+mpi (cma
     on the node, mpi across) is timed beside the mpi variants; the run does not stop on cma's refusal."""

@@ -22,26 +22,34 @@ _PADDING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 class _Stdout:
     """The console's file: sys.stdout as it is at each write (so that a test's capture sees the output), the
     padding rich puts at the end of each line left out where stdout is not a terminal (a pipe, a file, a log):
-    ``gridcomm info | cat`` gave 160 characters a line."""
+    ``gridcomm info | cat`` gave 160 characters a line. While a rich bar is live it replaces sys.stdout with a
+    proxy that prints through this console: writing to that proxy would go round for ever (a terminal's bar, or
+    Open MPI's ranks, whose stdout is a pseudo-terminal, hung at the first line printed), so the file behind it
+    is written instead."""
 
     def write(self, text: str) -> int:
-        out = sys.stdout
+        out = _unproxied(sys.stdout)
         if not out.isatty():
             text = _PADDING.sub(r"\1", text)
         return out.write(text)
 
     def flush(self) -> None:
-        sys.stdout.flush()
+        _unproxied(sys.stdout).flush()
 
     def isatty(self) -> bool:
-        return sys.stdout.isatty()
+        return _unproxied(sys.stdout).isatty()
 
     def fileno(self) -> int:
-        return sys.stdout.fileno()
+        return _unproxied(sys.stdout).fileno()
 
     @property
     def encoding(self) -> str:
         return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+def _unproxied(out: Any) -> Any:
+    """The file behind rich's stdout proxy (rich.file_proxy.FileProxy, set while a live bar runs), else ``out``."""
+    return getattr(out, "rich_proxied_file", out)
 
 
 def _console_width() -> int | None:
