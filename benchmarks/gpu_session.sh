@@ -136,6 +136,12 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
       tests-spectral)  # the spectral transform's GPU suite only
         stage tests-spectral 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_spectral_gpu.py
         ;;
+      tests-select)  # the GPU tests whose names match TESTS_K (pytest -k), e.g. a rerun of what failed
+        # shellcheck disable=SC2046  # the existing files, one word each
+        stage tests-select 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
+          $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py tests/test_mpdata_gpu.py 2>/dev/null) \
+          -k "${TESTS_K:?set TESTS_K to the tests to run}"
+        ;;
       tests-quick)  # everything but the MPI correctness suites (run by `tests`)
         stage tests-quick 200 $py -m pytest -m gpu -q -rs --timeout=180 -p no:cacheprovider -k "not suite and not property" \
           tests/test_gpu.py tests/test_stencil2d.py

@@ -337,7 +337,7 @@ def check_bad_choices_differ_between_ranks(comm):
     for transport in TRANSPORT_CHOICES.values():
         assert_raises_everywhere(
             comm,
-            lambda t=transport: gridcomm.HaloExchanger(kinds, [k.zeros() for k in kinds], t),
+            lambda t=transport: HaloExchanger(kinds, [k.zeros() for k in kinds], t),
             PatternError,
             "different decompositions of field 0",
             "stagger='y'",
@@ -354,7 +354,7 @@ def check_bad_staggered_shape(comm):
     for transport in TRANSPORT_CHOICES.values():
         assert_raises_everywhere(
             comm,
-            lambda t=transport: gridcomm.HaloExchanger([d, v], [d.zeros(), d.zeros()], t),
+            lambda t=transport: HaloExchanger([d, v], [d.zeros(), d.zeros()], t),
             FieldError,
             "field 1",
             ("faces along x",) if last else ("rejected its fields",),

@@ -104,7 +104,7 @@ def paired_grids(
     """Run grids of the same selection in two arrays of possibly different shapes (sender and receiver),
     cut into runs of the same length so that run (i0, i1) of one is copied to run (i0, i1) of the other."""
     if isinstance(src, Rows) != isinstance(dst, Rows) or src.size != dst.size:
-        raise ValueError(f"selections of different kinds or sizes cannot be paired: {src} and {dst}")
+        raise ValueError(f"selections of different kinds or extents cannot be paired: {src} and {dst}")
     if isinstance(src, Rows):
         return _rows_grid(src_shape[0], spec, src), _rows_grid(dst_shape[0], spec, dst)
     if src.shape != dst.shape:
