@@ -129,9 +129,15 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
           tests/test_gpu.py -k transpose
         ;;
-      tests-exchange)  # the exchanger and transposer GPU suites only (test_gpu.py)
-        stage tests-exchange 360 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
-          tests/test_gpu.py
+      tests-exchange)  # the exchanger and transposer GPU suites only (test_gpu.py; over 480 s on 4 x H100 with
+        # the dwarfs' suites: a call of its own)
+        stage tests-exchange 540 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 \
+          -p no:cacheprovider tests/test_gpu.py
+        ;;
+      tests-dwarfs)  # the dwarfs' GPU suites: stencil2d, spectral, MPDATA
+        # shellcheck disable=SC2046  # the existing files, one word each
+        stage tests-dwarfs 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 --maxfail=30 \
+          -p no:cacheprovider $(ls tests/test_stencil2d.py tests/test_spectral_gpu.py tests/test_mpdata_gpu.py 2>/dev/null)
         ;;
       tests-spectral)  # the spectral transform's GPU suite only
         stage tests-spectral 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_spectral_gpu.py
@@ -146,9 +152,9 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests-quick 200 $py -m pytest -m gpu -q -rs --timeout=180 -p no:cacheprovider -k "not suite and not property" \
           tests/test_gpu.py tests/test_stencil2d.py
         ;;
-      tests)
+      tests)  # every GPU suite: 447 s on 4 x H200, over 480 s on 4 x H100; there, tests-exchange and tests-dwarfs
         # shellcheck disable=SC2046  # the existing files, one word each
-        stage tests 480 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 -p no:cacheprovider \
+        stage tests 560 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 -p no:cacheprovider \
           $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py tests/test_mpdata_gpu.py 2>/dev/null)
         ;;
       examples)  # every example on the GPU(s), one rank per GPU, checked against its serial reference

@@ -499,7 +499,8 @@ def test_sigusr1_prints_where_a_stuck_command_is(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals on this platform")
 def test_a_command_with_a_progress_bar_finishes_on_a_terminal(tmp_path):
     """Open MPI gives its ranks a pseudo-terminal for stdout, so rank 0 draws rich's bar; a line printed while
-    the bar ran went round between rich's stdout proxy and the console for ever (every bench on 4 GPUs hung)."""
+    the bar ran went round between rich's stdout proxy and the console for ever (every bench on 4 GPUs hung),
+    and its tables were cut to rich's 80 columns."""
     import select
 
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_", "COLUMNS"))}
@@ -530,7 +531,12 @@ def test_a_command_with_a_progress_bar_finishes_on_a_terminal(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         os.close(main)
-    assert list(tmp_path.glob("spectral-cpu-1r-*.json")), output.decode(errors="replace")[-4000:]
+    text = output.decode(errors="replace")
+    assert list(tmp_path.glob("spectral-cpu-1r-*.json")), text[-4000:]
+    # A pseudo-terminal of no size (as Open MPI's) gets 160 columns, not rich's 80 that cut every cell short.
+    table = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line) for line in text.splitlines() if "\u2502" in line]
+    widest = max(map(len, table), default=0)
+    assert widest > 100, text[-4000:]
 
 
 def test_bench_halo_on_declared_nodes_times_the_mixes(tmp_path):

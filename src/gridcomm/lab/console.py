@@ -53,9 +53,15 @@ def _unproxied(out: Any) -> Any:
 
 
 def _console_width() -> int | None:
-    """None (the terminal's width, or ``COLUMNS`` where set, as rich reads them) on a terminal or where COLUMNS is
-    set; else 160 columns, so that wide tables written to a pipe or a log are not squeezed into rich's 80."""
-    return None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
+    """None (the terminal's width, or ``COLUMNS`` where set, as rich reads them) on a terminal that knows its
+    width or where COLUMNS is set; else 160 columns, so that wide tables written to a pipe, a log or a
+    pseudo-terminal of no size (Open MPI's ranks write to one) are not squeezed into rich's 80."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return None
+    try:
+        return None if sys.stdout.isatty() and os.get_terminal_size(sys.stdout.fileno()).columns > 0 else 160
+    except (OSError, ValueError):  # no descriptor (a test's capture) or no terminal behind it
+        return 160
 
 
 console = Console(file=_Stdout(), soft_wrap=True, width=_console_width())  # type: ignore[arg-type]
