@@ -204,8 +204,9 @@ def test_fold_and_pick_equal_the_host(cupy, monkeypatch, shared_kib):
 @pytest.mark.parametrize("nranks", sorted({2, gpu_count()}))
 def test_pipelined_transform_on_several_gpus(mpi_checks, nranks):
     """tests/mpi_programs/checks_spectral.py on one rank per GPU: the pipelined transform (each group of rows
-    transposed apart, overlapping the other groups' FFTs) bit for bit equal to one transposition of every row."""
+    transposed apart, overlapping the other groups' FFTs) bit for bit equal to one transposition of every row,
+    and run_spectral's split of a pipelined run adding up to at most its step."""
     if gpu_count() < 2:
         pytest.skip(f"needs 2 CUDA GPUs; {gpu_count()} here")
-    mpi_checks("checks_spectral", nranks, timeout=300, env={"GRIDCOMM_CHECK_DEVICE": "gpu"},
-               checks=("check_pipelined_transform_equals_one_transposition",))  # fmt: skip
+    checks = ("check_pipelined_transform_equals_one_transposition", "check_run_spectral_round_trip")
+    mpi_checks("checks_spectral", nranks, timeout=300, env={"GRIDCOMM_CHECK_DEVICE": "gpu"}, checks=checks)
