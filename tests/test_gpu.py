@@ -270,3 +270,28 @@ def test_pack_kernels_fill_every_byte(cupy, decompose):
             ex.exchange()
     cupy.cuda.get_current_stream().synchronize()
     assert describe_mismatch(f.get(), expected_cells(g, d.global_slices, d.halo, d.periodic, "box")) is None
+
+
+@needs_gpus(2)
+def test_bench_halo_on_declared_nodes_times_the_gpu_mixes(tmp_path):
+    """2 ranks as 2 declared nodes of 1 GPU: ipc cannot serve the rank on the other node, so the GPU halo bench
+    (one halo and mixed halos) times the mixes (ipc on the node, nccl or staged across) beside the transports
+    that serve every peer, and leaves ipc alone out."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "OMPI_", "GRIDCOMM_"))}
+    environ.update(GRIDCOMM_RANKS_PER_NODE="1", GRIDCOMM_TIMEOUT="120")
+    for extra, name in (((), "halo-gpu-2r-*.json"), (("--mixed",), "halo-mixed-gpu-2r-*.json")):
+        command = ["bench", "halo", "--gpu", "--np", "2", "--sizes", "16", "--samples", "3", *extra]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gridcomm", *command, "--out", str(tmp_path)],
+            capture_output=True, text=True, env=environ, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        (path,) = tmp_path.glob(name)
+        for row in json.loads(path.read_text())["results"]:
+            labels = set(row["times"])
+            assert "ipc+nccl" in labels and "ipc" not in labels, labels

@@ -53,6 +53,14 @@ def host_variants(
     return usable | mixes(comm, on_device=False)
 
 
+def gpu_variants(comm: Communicator) -> dict[str, str | dict[str, str]]:
+    """Collective: every GPU transport that can serve every peer here and, on several nodes (declared ones
+    included), each mix of one that serves this rank's node with one across them (``ipc+nccl``)."""
+    from ...transports import usable
+
+    return {name: name for name in usable(comm, on_device=True)} | mixes(comm, on_device=True)
+
+
 @dataclass(frozen=True)
 class HaloCase:
     """One benchmark case: ``n`` × ``n`` horizontal points per rank, ``fields`` float64 fields."""
@@ -190,9 +198,10 @@ def cases(sizes: Sequence[int], field_counts: Sequence[int], levels: int, halo: 
 
 
 def run_gpu_case(
-    comm: Communicator, case: HaloCase, samples: int, transports: Sequence[str], hbm_gbps: float
+    comm: Communicator, case: HaloCase, samples: int, transports: Mapping[str, Any], hbm_gbps: float
 ) -> dict[str, Any]:
-    """Time every GPU transport for ``case`` (GPU fields; graph replays too where the transport allows),
+    """Time each of ``transports`` (label -> transport or mapping, as gpu_variants gives them) for ``case``
+    (GPU fields; graph replays too where the transport allows),
     beside NCCL's own grouped send/recv of the same per-peer bytes and the peer-copy ceiling; and the pack
     and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``."""
     import cupy
@@ -203,8 +212,8 @@ def run_gpu_case(
     fields = _fields(decomposition, case, cupy)
     row, peers, pack_gbps, unpack_gbps = _pack_unpack(comm, case, decomposition, fields, samples)
     timings: dict[str, Any] = {}
-    for name in transports:
-        with HaloExchanger(decomposition, fields, name) as exchanger:
+    for name, transport in transports.items():
+        with HaloExchanger(decomposition, fields, transport) as exchanger:
             timings.update(time_exchanger(comm, exchanger, name, samples))
     largest = row["bytes_per_peer_max"]  # over all ranks: every rank times the same ceilings
     if largest:

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ...transports import usable
 from ..console import console, progress, say_written, table
 from .common import NpOption, OutOption, Sizes, Typer, int_list, name_list, ranks_or_relaunch, sizes_option
 
@@ -130,17 +129,17 @@ def _bench_halo(
     peers: bool,
     out: Path,
 ) -> None:
-    from ..bench.halo import cases, peer_reasons, run_case, run_gpu_case
+    from ..bench.halo import cases, gpu_variants, peer_reasons, run_case, run_gpu_case
     from ..bench.results import plot_halo, plot_halo_gpu
     from ..measure.machine import machine_info
 
     if gpu:
         from ..bench.ceilings import hbm_copy_gbps
 
-        names, hbm = usable(comm, on_device=True), hbm_copy_gbps(comm)
+        variants, hbm = gpu_variants(comm), hbm_copy_gbps(comm)
 
         def run(case: Any) -> dict[str, Any]:
-            return run_gpu_case(comm, case, samples, names, hbm)
+            return run_gpu_case(comm, case, samples, variants, hbm)
     else:
         reasons = peer_reasons(comm) if peers else {}
         say_peers(comm, reasons)
@@ -196,7 +195,7 @@ def _halo_table(rows: list[dict[str, Any]]) -> Any:
 def _bench_halo_mixed(
     comm: Any, gpu: bool, size_list: list[int], levels: int, halo: int, samples: int, out: Path
 ) -> None:
-    from ..bench.halo import host_variants
+    from ..bench.halo import gpu_variants, host_variants
     from ..bench.mixed import MixedCase, run_mixed_case
     from ..measure.machine import machine_info
 
@@ -205,7 +204,7 @@ def _bench_halo_mixed(
 
         from ..bench.ceilings import time_gpu
 
-        transports: dict[str, Any] = {name: name for name in usable(comm, on_device=True)}
+        transports: dict[str, Any] = gpu_variants(comm)
         xp, timer = cupy, (lambda run, n: time_gpu(comm, run, n))
     else:
         import numpy
