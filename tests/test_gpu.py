@@ -295,3 +295,24 @@ def test_bench_halo_on_declared_nodes_times_the_gpu_mixes(tmp_path):
         for row in json.loads(path.read_text())["results"]:
             labels = set(row["times"])
             assert "ipc+nccl" in labels and "ipc" not in labels, labels
+
+
+@needs_gpus(2)
+def test_bench_p2p_times_the_staged_legs_beside_staged(tmp_path):
+    """bench p2p times the staged transport's legs alone (pinned copies down and up, MPI between host buffers)
+    and staged's share of its slowest leg."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "OMPI_", "GRIDCOMM_"))}
+    command = ["bench", "p2p", "--np", "2", "--largest", "65536", "--samples", "3", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gridcomm", *command], capture_output=True, text=True, env=environ, timeout=600
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (path,) = tmp_path.glob("p2p-gpu-2r-*.json")
+    for row in json.loads(path.read_text())["results"]:
+        assert {"pinned copy down", "pinned copy up", "host MPI", "staged"} <= set(row["times"]), row["times"].keys()
+        assert row["staged_ceiling_leg"] in row["times"] and row["staged_share_of_ceiling"] > 0, row

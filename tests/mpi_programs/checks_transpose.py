@@ -786,3 +786,23 @@ def check_slabs_refuse_arrays_of_the_wrong_shape_and_disagreeing_ranks(comm):
     assert_raises_everywhere(
         comm, lambda: Transposer.slabs(comm, shape, 0, 2, src, dst), GridcommError, "to_axis=2", "2-D array"
     )
+
+
+def check_bench_host_leg_moves_every_block(comm):
+    """The bench's ceiling for the staged transport's host leg (lab.bench.ceilings.HostSendRecv): each call moves
+    a block from every peer into its place, at block sizes from none to 3 bytes, called twice."""
+    from gridcomm import Communicator
+    from gridcomm.lab.bench.ceilings import HostSendRecv
+
+    problems = []
+    with Communicator(comm) as gc:
+        peers = [r for r in range(gc.size) if r != gc.rank]
+        for nbytes in (0, 1, 3):
+            leg = HostSendRecv(gc, nbytes, peers)
+            for _ in range(2):
+                leg.received[:] = 0
+                leg()
+                got = leg.received[: nbytes * len(peers)].reshape(len(peers), nbytes)
+                if not all((got[k] == p % 256).all() for k, p in enumerate(peers)):
+                    problems.append(f"{nbytes} B per peer: received {got.tolist()} from {peers}")
+    assert_everywhere(comm, "\n".join(problems) or None)

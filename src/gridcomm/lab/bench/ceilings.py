@@ -170,6 +170,41 @@ def nccl_sendrecv(comm: Communicator, nbytes: int, peers: list[int]) -> Callable
     return run
 
 
+def pinned_copy(nbytes: int, down: bool) -> Callable[[], None]:
+    """One copy of ``nbytes`` between this GPU and pinned host memory (device to host when ``down``), on the
+    current stream: the ceiling of each of the staged transport's copies."""
+    import cupy
+    from cupy.cuda import runtime
+
+    device, host = device_allocation(max(nbytes, 1)), cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+    kind = runtime.memcpyDeviceToHost if down else runtime.memcpyHostToDevice
+    target, origin = (host.ptr, device.data.ptr) if down else (device.data.ptr, host.ptr)
+
+    def run() -> None:
+        runtime.memcpyAsync(target, origin, nbytes, kind, cupy.cuda.get_current_stream().ptr)
+
+    return run
+
+
+class HostSendRecv:
+    """MPI's own Irecv/Isend of ``nbytes`` from and to each peer between host buffers, then Waitall, per call:
+    the staged transport's host leg alone (with an MPI that is not CUDA-aware, what the bytes between two GPUs
+    go through). ``received`` holds block k from ``peers[k]`` after a call."""
+
+    def __init__(self, comm: Communicator, nbytes: int, peers: list[int], tag: int = 0x5EED) -> None:
+        self.comm, self.nbytes, self.peers, self.tag = comm, nbytes, peers, tag
+        self.sent = np.full(max(nbytes, 1) * max(len(peers), 1), comm.rank % 256, dtype=np.uint8)
+        self.received = np.zeros_like(self.sent)
+
+    def __call__(self) -> None:
+        from mpi4py import MPI
+
+        n, mpi = self.nbytes, self.comm.mpi
+        requests = [mpi.Irecv(self.received[k * n : (k + 1) * n], p, self.tag) for k, p in enumerate(self.peers)]
+        requests += [mpi.Isend(self.sent[k * n : (k + 1) * n], p, self.tag) for k, p in enumerate(self.peers)]
+        MPI.Request.Waitall(requests)
+
+
 def torch_process_group(comm: Communicator) -> str | None:
     """Collective: start torch.distributed's NCCL process group over ``comm``'s ranks (once per process: torch
     keeps one default group), bootstrapped from rank 0's host and a free port sent over MPI; None when it runs,

@@ -109,7 +109,7 @@ def plot_transfer(payload: dict[str, Any], png: Path) -> Path:
     x = [r["bytes_per_peer"] for r in rows]
     for name in rows[0]["times"]:
         nccl = name.startswith(("nccl", "torch"))
-        style = "--" if nccl else "k:" if name.startswith("peer copy") else "o-"
+        style = "--" if nccl else "k:" if name.startswith(("peer copy", "pinned copy", "host MPI")) else "o-"
         latency.loglog(x, [r["times"][name]["median_s"] * 1e6 for r in rows], style, label=name)
         bandwidth.semilogx(x, [r["GBps"][name] for r in rows], style, label=name)
     nominal = payload.get("config", {}).get("nvlink_nominal_GBps")

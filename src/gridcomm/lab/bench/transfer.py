@@ -23,10 +23,12 @@ from ...comm import Communicator
 from ...transports import LABELLED, Transport, mixes, usable
 from ...transpose import Transposer
 from .ceilings import (
+    HostSendRecv,
     PeerBuffers,
     nccl_sendrecv,
     nvlink_nominal_gbps,
     peer_copy,
+    pinned_copy,
     sync,
     time_exchanger,
     time_gpu,
@@ -62,6 +64,9 @@ def sizes_between(smallest: int, largest: int, factor: int = 4) -> list[int]:
 
 
 NCCL_PEERS = ("nccl send/recv", "torch all_to_all")  # NCCL called directly, not through gridcomm
+#: The staged transport's legs alone, timed where it is: its copies down and up (all the bytes a rank sends or
+#: receives, pinned host memory) and MPI between host buffers. Perfectly pipelined, staged takes the slowest.
+STAGED_LEGS = ("pinned copy down", "pinned copy up", "host MPI")
 
 
 def run_transfer(
@@ -105,6 +110,10 @@ def run_transfer(
         timings["peer copy kernel"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=False), samples)
         timings["peer copy engine"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=True), samples)
         sent = nbytes * len(peers)
+        staged = [k for k in timings if _transport_of(k) == "staged"]
+        if staged:
+            legs = (pinned_copy(sent, down=True), pinned_copy(sent, down=False), HostSendRecv(comm, nbytes, peers))
+            timings.update({name: time_gpu(comm, leg, samples) for name, leg in zip(STAGED_LEGS, legs, strict=True)})
         ceiling = min(timings["peer copy kernel"].median, timings["peer copy engine"].median)
         # gridcomm's fastest way that is not NCCL, against NCCL's fastest (its own calls, or gridcomm's nccl).
         nccl_best = min(t.median for k, t in timings.items() if k.startswith("nccl") or k in NCCL_PEERS)
@@ -119,6 +128,7 @@ def run_transfer(
                 "ceiling_GBps": sent / ceiling / 1e9,
                 "best": best,
                 "best_vs_nccl_best": nccl_best / ours[best] if best else None,
+                **(_staged_share(timings, staged, sent) if staged else {}),
             }
         )
         del source, destination
@@ -126,6 +136,18 @@ def run_transfer(
             progress(len(rows))
     buffers.close()
     return rows, shared
+
+
+def _staged_share(timings: Mapping[str, Any], staged: Sequence[str], sent: int) -> dict[str, Any]:
+    """The staged transport's ceiling (its slowest leg alone, STAGED_LEGS), as GB/s, which leg it is, and the
+    fastest staged timing's share of it."""
+    slowest = max(STAGED_LEGS, key=lambda k: timings[k].median)
+    fastest = min(timings[k].median for k in staged)
+    return {
+        "staged_ceiling_GBps": sent / timings[slowest].median / 1e9,
+        "staged_ceiling_leg": slowest,
+        "staged_share_of_ceiling": timings[slowest].median / fastest,
+    }
 
 
 def _transport_of(label: str) -> str:

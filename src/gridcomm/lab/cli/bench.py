@@ -326,7 +326,7 @@ def _bench_transfer(
 
 def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, samples: int, out: Path) -> None:
     from ..bench.results import bytes_text, plot_transfer
-    from ..bench.transfer import run_transfer, sizes_between
+    from ..bench.transfer import STAGED_LEGS, run_transfer, sizes_between
     from ..measure.machine import machine_info
 
     sizes = sizes_between(smallest, largest)
@@ -338,7 +338,8 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
         machine = machine_info(comm.size, gpus_used=comm.size)
         config = {"sizes": sizes, "samples": samples, "ranks": comm.size, **shared}
         path, png = save(out, kind, machine, config, rows, plot_transfer, {"benchmark": kind, "config": config})
-        names = list(rows[0]["times"])
+        names = [n for n in rows[0]["times"] if n not in STAGED_LEGS]  # staged's legs: one column of their own
+        staged = "staged_ceiling_GBps" in rows[0]
         body = [
             [bytes_text(r["bytes_per_peer"])]
             + [
@@ -347,6 +348,11 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
             ]
             + [f"{r['ceiling_GBps']:.0f}"]
             + [f"{r['best_vs_nccl_best']:.2f} ({r['best']})" if r["best"] else "-"]
+            + (
+                [f"{r['staged_ceiling_GBps']:.1f} ({r['staged_ceiling_leg']}): {r['staged_share_of_ceiling']:.2f}"]
+                if staged
+                else []
+            )
             for r in rows
         ]
         nominal = shared["nvlink_nominal_GBps"]
@@ -355,7 +361,8 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
             f"sends to the others per s, as nccl-tests); NVLink nominal "
             f"{f'{nominal:.0f} GB/s out of each GPU' if nominal else 'unknown'}"
         )
-        console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best"], body))
+        staged_column = ["staged's ceiling GB/s (slowest leg): share"] if staged else []
+        console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best", *staged_column], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
         say_written(path, png)
