@@ -1,7 +1,8 @@
 """Does the shape of the spectral dwarf's transposition cost bandwidth? One rank per GPU: the dwarf's own
-transposition (Legendre side -> Fourier side: per peer a box of batch x wavenumbers x that peer's rows, runs of
-one band of rows) beside an all-to-all of contiguous blocks of the same bytes per peer, same transport, timed in
-the same run (graph replays on the GPU). If the contiguous all-to-all is much faster, the Legendre side's layout
+transposition (Legendre side -> Fourier side: per peer a contiguous block of batch x wavenumbers x that peer's
+rows since 2026-11-26, before that a box of the (batch, wavenumbers, 2N) array with runs of one band of rows)
+beside an all-to-all of contiguous blocks of the same bytes per peer, same transport, timed in the same run
+(graph replays on the GPU). If the contiguous all-to-all is much faster, the Legendre side's layout
 is what limits the transposition (docs/scaling.md, "Against what was measured": TCo639's transpositions ran at
 59 % of the ceiling on 4 x H200).
 

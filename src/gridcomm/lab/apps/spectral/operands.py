@@ -56,7 +56,7 @@ class RowLayout:
     count: int
     base: np.ndarray
     width: np.ndarray
-    _on_device: dict[Any, tuple[Any, Any]] = field(default_factory=dict, repr=False)
+    _on_device: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def plain(cls, batch: int, count: int, rows: int) -> RowLayout:
