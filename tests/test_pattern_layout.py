@@ -323,3 +323,26 @@ def test_paired_grids_refuse_boxes_of_different_extents_unless_one_is_a_range():
         paired_grids((4, 4), Box((0, 0), (2, 3)), (4, 4), Box((0, 0), (3, 2)), spec)
     with pytest.raises(ValueError, match="extents"):  # a range of another size
         paired_grids((10,), Box((0,), (5,)), (4, 4), Box((0, 0), (2, 3)), spec)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_own_copier_copies_a_block_of_a_1d_array_into_a_box_in_chunks(order):
+    """A rank's block to itself from a 1-D buffer into a box of a 3-D array (the spectral dwarf's diagonal
+    block), and back: the box goes in slabs, so the copy runs in chunks of at most chunk_bytes, and every element
+    lands in memory order."""
+    from gridcomm.packing.copy import _own_units
+
+    spec = FieldSpec(np.dtype(np.complex128), order)
+    shape, box = (6, 5, 7), Box((0, 1, 2), (6, 4, 6))  # 72 elements: 6 slabs of 12 (C), 4 of 18 (F)
+    slabs = 6 if order == "C" else 4
+    flat = np.arange(100, dtype=np.complex128) * (1 - 2j)
+    field = np.zeros(shape, np.complex128, order=order)
+    into = [PeerPlan(0, (Box((20,), (92,)),), (box,))]
+    assert len(list(_own_units([spec], [flat], [field], into))) == slabs
+    copier = OwnCopier([spec], [flat], [field], into, chunk_bytes=300)  # one slab per chunk (192 or 288 bytes)
+    assert len(copier._calls) == slabs
+    copier.copy()
+    np.testing.assert_array_equal(field[box.slices].reshape(-1, order=order), flat[20:92])
+    back = np.zeros_like(flat)
+    OwnCopier([spec], [field], [back], [PeerPlan(0, (box,), (Box((10,), (82,)),))]).copy()
+    np.testing.assert_array_equal(back[10:82], flat[20:92])
