@@ -25,6 +25,7 @@ phases stay as they are: CuPy refuses cuBLAS calls during a capture, and they ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -233,7 +234,7 @@ class DistributedTransform:
         with self._on_stream():
             with self._timed("legendre"):
                 a = self._fixed(self._coefficients_in, coefficients) if self.graphs else coefficients
-                inverse = lambda: transform.legendre_inverse(a, out=self.legendre_side, layout=self.layout)  # noqa: E731
+                inverse = functools.partial(transform.legendre_inverse, a, out=self.legendre_side, layout=self.layout)
                 self._run("legendre inverse", inverse, False)
             if self.pipeline > 1:
                 return self._inverse_groups()
@@ -258,7 +259,7 @@ class DistributedTransform:
                     with self._timed("transposition"):
                         self._transpose("to waves", self._to_waves[0])
             with self._timed("legendre"):
-                direct = lambda: transform.legendre_direct(self.legendre_side, layout=self.layout)  # noqa: E731
+                direct = functools.partial(transform.legendre_direct, self.legendre_side, layout=self.layout)
                 return self._run("legendre direct", direct, False)
 
     # -- the pipeline ----------------------------------------------------------------------------------------

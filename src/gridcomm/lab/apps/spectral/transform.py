@@ -17,9 +17,11 @@ Each transform has two halves, so that a distributed transform can transpose in 
   table (N rows by the degrees) times the coefficients (degrees by the fields, real and imaginary parts as
   neighbouring columns), so that one real product does a complex field's work and cuBLAS reads and writes its
   operands where they lie; ``operands.py`` moves the caller's arrays (fields slowest) to and from that layout
-  in one pass, adding the parities into northern and southern rows on the way. Wavenumbers of similar length
-  T - m + 1 are bucketed, their tables zero-padded to the bucket's longest and stacked, so that each bucket
-  is one batched product (both parities), on the GPU in chunks that bound the work arrays;
+  in one pass, adding the parities into northern and southern rows on the way (the Fourier coefficients either
+  as a (batch, m, 2N) array or, given an ``operands.RowLayout``, in blocks of rows of a flat buffer, which is
+  how the distributed dwarf keeps one block per peer). Wavenumbers of similar length T - m + 1 are bucketed,
+  their tables zero-padded to the bucket's longest and stacked, so that each bucket is one batched product
+  (both parities), on the GPU in chunks that bound the work arrays;
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
   length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
   row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
