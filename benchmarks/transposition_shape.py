@@ -1,7 +1,10 @@
 """Does the shape of the spectral dwarf's transposition cost bandwidth? One rank per GPU: the dwarf's own
-transposition (Legendre side -> Fourier side: per peer a box of batch x wavenumbers x that peer's rows, runs of
-one band of rows) beside an all-to-all of contiguous blocks of the same bytes per peer, same transport, timed in
-the same run (graph replays on the GPU). If the contiguous all-to-all is much faster, the Legendre side's layout
+transposition (Legendre side -> Fourier side: per peer a contiguous block of batch x wavenumbers x that peer's
+rows since 2026-11-26, before that a box of the (batch, wavenumbers, 2N) array with runs of one band of rows)
+beside an all-to-all of contiguous blocks of the same bytes per peer, same transport, timed in the same run
+(graph replays on the GPU), and the same with each rank's block to itself as well (the dwarf copies that one
+too: 1 / ranks of its side, which the first contiguous way leaves out). If the contiguous all-to-all is much
+faster, the Legendre side's layout
 is what limits the transposition (docs/scaling.md, "Against what was measured": TCo639's transpositions ran at
 59 % of the ceiling on 4 x H200).
 
@@ -20,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gridcomm import Transposer
 from gridcomm.comm import Communicator
 from gridcomm.lab.apps.spectral.dwarf import DistributedTransform
 from gridcomm.lab.bench.results import write_results
@@ -56,8 +60,15 @@ def main() -> None:
         per_peer = -(-sent // max(comm.size - 1, 1))  # the busiest rank's bytes, spread evenly: every rank alike
         source = xp.zeros(comm.size * per_peer, dtype=np.uint8)
         destination = xp.zeros_like(source)
-        with block_transposer(comm, per_peer, source, destination, args.transport) as blocks:
-            ways = {"dwarf's boxes": shaped, "contiguous blocks": blocks}
+        # The dwarf also copies its block to itself (1 / ranks of its Legendre side); the contiguous blocks do not,
+        # unless told to: "own block too" sends every rank, itself included, a block of the same bytes.
+        everyone = [per_peer] * comm.size
+        at = [r * per_peer for r in range(comm.size)]
+        with (
+            block_transposer(comm, per_peer, source, destination, args.transport) as blocks,
+            Transposer.from_counts(comm, everyone, at, everyone, at, source, destination, args.transport) as own,
+        ):
+            ways = {"dwarf's boxes": shaped, "contiguous blocks": blocks, "own block too": own}
             rows = [_time(comm, name, t, args.samples, time_gpu) for name, t in ways.items()]
     if comm.rank == 0:
         for r in rows:

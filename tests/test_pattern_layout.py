@@ -281,3 +281,68 @@ def test_staged_chunks_cover_each_message_in_order():
     got = chunks(32, 1000, 96)
     assert got[0][0] == 32 and all(n <= 96 for _, n in got) and sum(n for _, n in got) == 1000
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(got))
+
+
+def _copy_runs(src: np.ndarray, src_grid, dst: np.ndarray, dst_grid) -> None:
+    """Copy run (i0, i1) of ``src_grid`` to run (i0, i1) of ``dst_grid``, bytes as the GPU copies would."""
+    a, b = src.reshape(-1).view(np.uint8), dst.reshape(-1).view(np.uint8)
+    n = src_grid.run_bytes
+    for s, d in zip(src_grid.offsets(), dst_grid.offsets(), strict=True):
+        b[d : d + n] = a[s : s + n]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_paired_grids_pair_a_contiguous_range_with_a_box_of_as_many_elements(order):
+    """A block of a 1-D buffer pairs with a box of a 3-D array holding as many elements, either way round: the
+    range takes the box's runs, so that the box's elements come out in memory order (what a message carries)."""
+    from gridcomm.packing.geometry import paired_grids
+
+    spec = FieldSpec(np.dtype(np.complex128), order)
+    shape, box = (3, 5, 7), Box((0, 1, 2), (3, 4, 6))  # 36 elements in runs of 4 (C) or 3 (F)
+    buffer = np.arange(100, dtype=np.complex128) * (1 + 1j)
+    field = np.zeros(shape, np.complex128, order=order)
+    src, dst = paired_grids(buffer.shape, Box((10,), (46,)), shape, box, spec)
+    assert src.run_bytes == dst.run_bytes and src.n0 * src.n1 == dst.n0 * dst.n1 > 1
+    _copy_runs(buffer, src, field.reshape(-1, order="A"), dst)
+    np.testing.assert_array_equal(field[box.slices].reshape(-1, order=order), buffer[10:46])
+    back = np.zeros_like(buffer)
+    src, dst = paired_grids(shape, box, back.shape, Box((50,), (86,)), spec)
+    _copy_runs(field.reshape(-1, order="A"), src, back, dst)
+    np.testing.assert_array_equal(back[50:86], buffer[10:46])
+    # A whole row of a 2-D array is one contiguous range too (C order).
+    if order == "C":
+        src, dst = paired_grids((4, 36), Box((2, 0), (3, 36)), shape, box, spec)
+        assert src.start == 2 * 36 * 16 and src.n0 * src.n1 == dst.n0 * dst.n1
+
+
+def test_paired_grids_refuse_boxes_of_different_extents_unless_one_is_a_range():
+    from gridcomm.packing.geometry import paired_grids
+
+    spec = FieldSpec(np.dtype(np.float64), "C")
+    with pytest.raises(ValueError, match="extents"):  # two boxes of strided runs, 6 elements each
+        paired_grids((4, 4), Box((0, 0), (2, 3)), (4, 4), Box((0, 0), (3, 2)), spec)
+    with pytest.raises(ValueError, match="extents"):  # a range of another size
+        paired_grids((10,), Box((0,), (5,)), (4, 4), Box((0, 0), (2, 3)), spec)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_own_copier_copies_a_block_of_a_1d_array_into_a_box_in_chunks(order):
+    """A rank's block to itself from a 1-D buffer into a box of a 3-D array (the spectral dwarf's diagonal
+    block), and back: the box goes in slabs, so the copy runs in chunks of at most chunk_bytes, and every element
+    lands in memory order."""
+    from gridcomm.packing.copy import _own_units
+
+    spec = FieldSpec(np.dtype(np.complex128), order)
+    shape, box = (6, 5, 7), Box((0, 1, 2), (6, 4, 6))  # 72 elements: 6 slabs of 12 (C), 4 of 18 (F)
+    slabs = 6 if order == "C" else 4
+    flat = np.arange(100, dtype=np.complex128) * (1 - 2j)
+    field = np.zeros(shape, np.complex128, order=order)
+    into = [PeerPlan(0, (Box((20,), (92,)),), (box,))]
+    assert len(list(_own_units([spec], [flat], [field], into))) == slabs
+    copier = OwnCopier([spec], [flat], [field], into, chunk_bytes=300)  # one slab per chunk (192 or 288 bytes)
+    assert len(copier._calls) == slabs
+    copier.copy()
+    np.testing.assert_array_equal(field[box.slices].reshape(-1, order=order), flat[20:92])
+    back = np.zeros_like(flat)
+    OwnCopier([spec], [field], [back], [PeerPlan(0, (box,), (Box((10,), (82,)),))]).copy()
+    np.testing.assert_array_equal(back[10:82], flat[20:92])

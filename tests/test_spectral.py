@@ -349,6 +349,57 @@ def test_empty_wavenumber_set_and_out_arrays():
         whole.legendre_inverse(a, out=np.empty((2, 16, 32)))
 
 
+@pytest.mark.parametrize("nranks, groups", [(1, 1), (2, 1), (3, 2), (4, 3)])
+def test_blocked_row_layout_gives_the_plain_layouts_numbers(nranks, groups):
+    """The Legendre half through a RowLayout of blocks per (group, rank), as the distributed dwarf keeps its
+    Legendre side (bands of unequal rows, one astride the equator, a row and its mirror in different blocks),
+    gives bit for bit the numbers of the plain (batch, m, 2N) array, both ways."""
+    from gridcomm.lab.apps.spectral.operands import RowLayout
+
+    grid, t, batch = OctahedralGrid(24), 23, 3
+    ms = wavenumber_sets(t, 3)[1]  # pairs m and T - m: an order that is no single run
+    transform = SpectralTransform(grid, t, wavenumbers=ms)
+    bands = [np.array_split(band, groups) for band in row_bands(grid.nlon, nranks)]
+    blocks = [(int(b[g][0]), int(b[g][-1]) + 1) for g in range(groups) for b in bands]
+    layout = RowLayout.blocked(batch, len(ms), blocks)
+    a = random_coefficients(t, batch, 7)[:, : transform.ncoef]
+    plain = transform.legendre_inverse(a)
+    flat = transform.legendre_inverse(a, layout=layout)
+    assert flat.shape == (layout.size,) == (plain.size,)
+    for first, stop in blocks:
+        start, end = layout.span(first)
+        np.testing.assert_array_equal(flat[start:end].reshape(batch, len(ms), stop - first), plain[:, :, first:stop])
+    for r in (0, grid.N - 1, grid.N, 2 * grid.N - 1):
+        np.testing.assert_array_equal(
+            flat[layout.base[r] + np.arange(batch * len(ms)) * layout.width[r]], plain[:, :, r].ravel()
+        )
+    out = np.empty(layout.size, complex)
+    assert transform.legendre_inverse(a, out=out, layout=layout) is out
+    np.testing.assert_array_equal(out, flat)
+    np.testing.assert_array_equal(transform.legendre_direct(flat, layout=layout), transform.legendre_direct(plain))
+
+
+def test_row_layouts_are_checked():
+    from gridcomm.lab.apps.spectral.operands import RowLayout
+
+    transform = SpectralTransform(16, wavenumbers=[0, 3])
+    a = np.ones((2, transform.ncoef), complex)
+    plain = RowLayout.plain(2, 2, 32)
+    assert (plain.base == np.arange(32)).all() and (plain.width == 32).all() and plain.span(0) == (0, 128)
+    with pytest.raises(ValueError, match="row layout holds"):
+        transform.legendre_inverse(a, layout=RowLayout.plain(3, 2, 32))  # batch 3 for 2 fields
+    with pytest.raises(ValueError, match="row layout holds"):
+        transform.legendre_direct(np.zeros(2 * 3 * 32, complex), layout=RowLayout.plain(2, 3, 32))
+    with pytest.raises(ValueError, match="out has shape"):
+        transform.legendre_inverse(a, out=np.empty((2, 2, 32), complex), layout=plain)
+    with pytest.raises(ValueError, match="buffer of the row layout"):
+        transform.legendre_direct(np.zeros((2, 2, 32), complex), layout=plain)
+    with pytest.raises(ValueError, match="every row lies in one block"):
+        RowLayout.blocked(2, 2, [(0, 20), (10, 32)])
+    with pytest.raises(ValueError, match="RowLayout"):
+        transform.legendre_inverse(a, layout=(0, 32))
+
+
 def test_fft_streams_are_checked_and_change_nothing_on_the_host():
     with pytest.raises(ValueError, match="fft_streams"):
         SpectralTransform(16, fft_streams=0)

@@ -33,7 +33,8 @@ from .errors import (
 from .packing import CopyPacker, DatatypePacker, DirectPacker, FieldSpec, Layout, OwnCopier, local_copies
 from .packing.copy import pairs_directly
 from .packing.cuda import CudaPacker
-from .pattern import FieldPatterns
+from .packing.geometry import paired_grids
+from .pattern import Box, FieldPatterns, PeerPlan
 from .timeouts import check_on_timeout, check_timeout, give_up
 from .transports import (
     REACHES,
@@ -235,6 +236,23 @@ def _peers_by_reach(comm: Communicator, peers: Sequence[int]) -> dict[str, list[
     return {reach: mine[reach] for k, reach in enumerate(REACHES) if any(p[k] for p in present)}
 
 
+def _pairs_as_runs(
+    plan: PeerPlan, spec: FieldSpec, source_shape: Sequence[int], destination_shape: Sequence[int]
+) -> bool:
+    """Whether ``plan``'s send and receive boxes pair one to one, each pair copied run to run (``paired_grids``:
+    equal extents, or one side a contiguous range of as many elements)."""
+    if pairs_directly(plan):
+        return True
+    if len(plan.send) != len(plan.recv) or not all(isinstance(b, Box) for b in plan.send + plan.recv):
+        return False
+    try:
+        for s, r in zip(plan.send, plan.recv, strict=True):
+            paired_grids(source_shape, s, destination_shape, r, spec)
+    except ValueError:
+        return False
+    return True
+
+
 class BoundExchange:
     """A pattern, its fields, a packer and a transport bound into a reusable, asynchronous step: what
     ``HaloExchanger`` and ``Transposer`` share.
@@ -319,9 +337,13 @@ class BoundExchange:
     def _own_layout(self) -> Layout | None:
         """The layout of what this rank sends itself when the GPU kernels (or the ipc copies) can copy it source
         to destination in the same launch as the rest: on the GPU, when every field's boxes pair one to one with
-        equal extents (a periodic wrap, a transposition's diagonal block). Otherwise None: it is copied through
-        ``local_copies``."""
-        if self._own is None or not self.on_device or not all(map(pairs_directly, self._own)):
+        equal extents (a periodic wrap, a transposition's diagonal block) or with a contiguous range of as many
+        elements (``paired_grids``: the spectral dwarf's blocks of its 1-D Legendre side). Otherwise None: it is
+        copied through ``local_copies``."""
+        if self._own is None or not self.on_device:
+            return None
+        fields = zip(self._own, self.layout.fields, self.sources, self.destinations, strict=True)
+        if not all(_pairs_as_runs(plan, spec, s.shape, d.shape) for plan, spec, s, d in fields):
             return None
         return Layout.build(self._own_patterns, self.layout.fields)
 

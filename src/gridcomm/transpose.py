@@ -188,8 +188,9 @@ class Transposer(BoundExchange):
     enqueued on the stream given to ``start(stream)``, the transports are those of the halo exchange
     (``"auto"`` picks ipc within a node, else nccl, CUDA-aware mpi, staged), and ``capture()`` records one
     transposition in a CUDA graph (ipc, nccl). ``transport="ipc"`` copies each block straight into the peer's
-    destination and so needs it to land in a box of the extents it was sent as (``from_counts`` always does;
-    ``"auto"`` otherwise takes nccl).
+    destination and so needs it to land in a box of the extents it was sent as, or one side of it to be one
+    contiguous range, e.g. a block of a 1-D buffer (``from_counts`` always does; ``"auto"`` otherwise takes
+    nccl).
     """
 
     _what = "transposition"

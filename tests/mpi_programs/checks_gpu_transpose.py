@@ -82,7 +82,10 @@ check_slab_transposition_rows_to_columns_and_back = _on_gpu(host.check_slab_tran
 check_start_wait_with_work_in_between_and_repeated = _on_gpu(host.check_start_wait_with_work_in_between_and_repeated)
 check_two_transposers_in_flight_at_once = _on_gpu(host.check_two_transposers_in_flight_at_once)
 check_context_manager_close_and_misuse = _on_gpu(host.check_context_manager_close_and_misuse)
-# ipc copies each block into a box of its own extents: blocks cut differently go by the other transports.
+# ipc pairs a contiguous range with a box of as many elements (the spectral dwarf's blocks), on every transport.
+check_blocks_of_a_1d_array_land_in_boxes_and_back = _on_gpu(host.check_blocks_of_a_1d_array_land_in_boxes_and_back)
+# ipc copies each block into a box of its own extents or a contiguous range: blocks cut differently (two boxes
+# here, one there) go by the other transports.
 check_blocks_split_differently_on_each_side = _on_gpu(
     host.check_blocks_split_differently_on_each_side, {k: t for k, t in TRANSPORTS.items() if k not in IPC}
 )

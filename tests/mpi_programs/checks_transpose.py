@@ -271,6 +271,31 @@ def check_blocks_split_differently_on_each_side(comm):
     assert_everywhere(comm, "\n".join(problems) or None)
 
 
+def check_blocks_of_a_1d_array_land_in_boxes_and_back(comm):
+    """Each block one contiguous range of a 1-D array on one side and a box of runs on the other (the spectral
+    dwarf's Legendre and Fourier sides), both ways, the diagonal block too: on every transport (on the GPU ipc
+    included, the range taking the box's runs), the elements in memory order, as the reference says."""
+    n, rank = comm.Get_size(), comm.Get_rank()
+    # Rank s's block to rank d: elements 6d..6d+5 of its (6n,) array <-> rows 2s, 2s+1 and columns 0..2 of d's
+    # (2n, 4) array: two runs of 3 elements, a row apart.
+    ranges = {d: [Box((6 * d,), (6 * d + 6,))] for d in range(n)}
+    boxes = {s: [Box((2 * s, 0), (2 * s + 2, 3))] for s in range(n)}
+    problems = []
+    for forward in (True, False):
+        plans = [(ranges, boxes) if forward else (boxes, ranges)] * n
+        shapes = ((6 * n,), (2 * n, 4)) if forward else ((2 * n, 4), (6 * n,))
+        for order in "CF":
+            for name, transport in TRANSPORTS.items():
+                sources = [filled(shapes[0], "float64", order, rank + 10)]
+                destinations = [sentinel(shapes[1], "float64", order)]
+                initials = [destinations[0].copy(order="A")]
+                with Transposer(comm, *plans[rank], sources, destinations, transport) as t:
+                    t.exchange()
+                label = f"{'range to box' if forward else 'box to range'}, {order} {name}"
+                problems += gathered_problems(comm, sources, destinations, initials, plans, [order], label)
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
 # -- running: start/wait, repetition, two at once, context manager, misuse ----------------------------------
 
 

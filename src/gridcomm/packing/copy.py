@@ -197,9 +197,9 @@ class OwnCopier:
     ``own.recv`` selections of ``destinations``, element after element in the field's memory order (the two
     sides may be cut into boxes differently). ``copy()`` packs and unpacks it through one scratch buffer,
     ``chunk_bytes`` at a time at most where selections allow (a field's boxes that pair one to one with equal
-    extents may go in different chunks; a field cut differently on the two sides goes whole): a buffer that stays
-    in the cache costs what a direct copy of each box would, where one pass over all of it through memory and
-    back costs twice that.
+    extents may go in different chunks, and so may the slabs of a box paired with a block of a 1-D array; a field
+    cut differently on the two sides otherwise goes whole): a buffer that stays in the cache costs what a direct
+    copy of each box would, where one pass over all of it through memory and back costs twice that.
 
     Args:
         specs: each field's element type, memory order and trailing shape.
@@ -256,12 +256,58 @@ def _own_units(
     stream of a field's send selections and that of its receive selections are cut wherever both have a
     selection boundary at the same element count (between each box pair that pairs one to one, for example)."""
     for spec, source, destination, plan in zip(specs, sources, destinations, own, strict=True):
-        sizes_sent = np.cumsum([sel.size for sel in plan.send]).tolist()
-        sizes_received = np.cumsum([sel.size for sel in plan.recv]).tolist()
+        send, recv = _slabs_against_ranges(plan, source.ndim, destination.ndim, spec.order)
+        sizes_sent = np.cumsum([sel.size for sel in send]).tolist()
+        sizes_received = np.cumsum([sel.size for sel in recv]).tolist()
         cuts = sorted(set(sizes_sent) & set(sizes_received))
-        sent = _cut([_selection(source, spec, sel) for sel in plan.send], sizes_sent, cuts)
-        received = _cut([_selection(destination, spec, sel) for sel in plan.recv], sizes_received, cuts)
+        sent = _cut([_selection(source, spec, sel) for sel in send], sizes_sent, cuts)
+        received = _cut([_selection(destination, spec, sel) for sel in recv], sizes_received, cuts)
         yield from zip(sent, received, strict=True)
+
+
+def _slabs_against_ranges(
+    plan: PeerPlan, source_ndim: int, destination_ndim: int, order: str
+) -> tuple[list[Selection], list[Selection]]:
+    """``plan``'s send and receive selections, where a box of a 1-D array pairs with a box of as many elements
+    of a larger array (the spectral dwarf's diagonal block: a block of its flat Legendre side into a box of its
+    Fourier side), the latter cut into slabs of its slowest axis and the former into ranges of the same sizes:
+    both sides then end a selection at each slab, so that the copy goes in cache-sized chunks, not whole."""
+    send, recv = list(plan.send), list(plan.recv)
+    if len(send) != len(recv) or (source_ndim == 1) == (destination_ndim == 1):
+        return send, recv
+    sends: list[Selection] = []
+    recvs: list[Selection] = []
+    for s, r in zip(send, recv, strict=True):
+        if not (isinstance(s, Box) and isinstance(r, Box) and s.size == r.size):
+            sends.append(s)
+            recvs.append(r)
+        elif source_ndim == 1:
+            recvs += (slabs := _slabs(r, order))
+            sends += _ranges(s, slabs)
+        else:
+            sends += (slabs := _slabs(s, order))
+            recvs += _ranges(r, slabs)
+    return sends, recvs
+
+
+def _slabs(box: Box, order: str) -> list[Box]:
+    """``box`` cut into slabs one index thick along its slowest axis in memory order ``order``."""
+    axis = 0 if order == "C" else len(box.start) - 1
+    slabs = []
+    for k in range(box.start[axis], box.stop[axis]):
+        start, stop = list(box.start), list(box.stop)
+        start[axis], stop[axis] = k, k + 1
+        slabs.append(Box(tuple(start), tuple(stop)))
+    return slabs
+
+
+def _ranges(box: Box, pieces: Sequence[Box]) -> list[Box]:
+    """The 1-D ``box`` cut into consecutive ranges of the sizes of ``pieces``."""
+    first, ranges = box.start[0], []
+    for piece in pieces:
+        ranges.append(Box((first,), (first + piece.size,)))
+        first += piece.size
+    return ranges
 
 
 def _cut(pieces: list[list[_Piece]], ends: list[int], cuts: list[int]) -> list[list[_Piece]]:

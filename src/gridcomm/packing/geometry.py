@@ -102,7 +102,16 @@ def paired_grids(
     src_shape: Sequence[int], src: Selection, dst_shape: Sequence[int], dst: Selection, spec: FieldSpec
 ) -> tuple[RunGrid, RunGrid]:
     """Run grids of the same selection in two arrays of possibly different shapes (sender and receiver),
-    cut into runs of the same length so that run (i0, i1) of one is copied to run (i0, i1) of the other."""
+    cut into runs of the same length so that run (i0, i1) of one is copied to run (i0, i1) of the other.
+
+    Boxes of the same extents pair run by run. A selection that is one contiguous range (a box whose runs are
+    one run, e.g. a block of a 1-D array) pairs with any selection of as many bytes: it takes the other's runs,
+    laid out one after the other (``message_grid``), as a message would carry them. Other pairs raise
+    ValueError (selections of different kinds or extents)."""
+    if isinstance(src, Box) or isinstance(dst, Box):
+        paired = _paired_with_range(src_shape, src, dst_shape, dst, spec)
+        if paired is not None:
+            return paired
     if isinstance(src, Rows) != isinstance(dst, Rows) or src.size != dst.size:
         raise ValueError(f"selections of different kinds or extents cannot be paired: {src} and {dst}")
     if isinstance(src, Rows):
@@ -118,3 +127,29 @@ def paired_grids(
         _box_grid(src_shape, itemsize, spec.order, src, inner),
         _box_grid(dst_shape, itemsize, spec.order, dst, inner),
     )
+
+
+def _paired_with_range(
+    src_shape: Sequence[int], src: Selection, dst_shape: Sequence[int], dst: Selection, spec: FieldSpec
+) -> tuple[RunGrid, RunGrid] | None:
+    """The pair where one side is a box lying as one contiguous range and both hold as many bytes (that side
+    takes the other's runs, one after the other), else None. Such a range copies into any layout of its bytes:
+    e.g. a per-peer block of a 1-D buffer into a box of a 3-D array."""
+    try:
+        grids = run_grid(src_shape, spec, src), run_grid(dst_shape, spec, dst)
+    except ValueError:  # not describable as runs: the general rules say why
+        return None
+    a, b = grids
+    if a.n0 * a.n1 * a.run_bytes != b.n0 * b.n1 * b.run_bytes:
+        return None
+    for one, other in ((0, 1), (1, 0)):
+        if isinstance((src, dst)[one], Box) and _one_range(grids[one]):
+            paired = [grids[0], grids[1]]
+            paired[one] = message_grid(grids[other], grids[one].start)
+            return paired[0], paired[1]
+    return None
+
+
+def _one_range(grid: RunGrid) -> bool:
+    """Whether ``grid`` is a single contiguous run (its outer axes are of length 1)."""
+    return grid.n0 * grid.n1 == 1 and grid.index is None

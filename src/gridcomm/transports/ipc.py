@@ -10,8 +10,10 @@ blocks, one stream per destination (the seed's order: destination (rank + i) mod
 set and wait for the same flags. No buffers, no pack or unpack, one copy per byte, and no host involvement:
 the exchange can be captured in a CUDA graph.
 
-A block must land in a box of the extents it was sent as (one copy cannot reshape it): a transposition whose
-blocks do not pair so raises TransportError when bound (``transport="auto"`` then takes the next transport).
+A block must land in a box of the extents it was sent as, or one of its sides must be one contiguous range
+(a block of a 1-D buffer) of as many elements, which then takes the other side's runs: one copy cannot reshape
+anything else. A transposition whose blocks do not pair so raises TransportError when bound
+(``transport="auto"`` then takes the next transport).
 A wait that outlasts the timeout records the silent peer in host-mapped memory and gives up instead of
 hanging the GPU; ``wait()`` reports it as a GridcommTimeout.
 """
@@ -201,8 +203,9 @@ def peer_rows(
     rows: Descriptors, message: Any, sources: Sequence[Any], layout: Any, there: tuple[Any, Any, Any], staging: int
 ) -> None:
     """Rows copying the selections of ``message`` into the peer's destinations: selection by selection, which
-    needs the peer to cut the block into the same selections, each of the same extents. ``there``: the peer's
-    destination shapes, the selections where this message lands in them, and their addresses (mapped here).
+    needs the peer to cut the block into as many selections, each of the same extents or paired with a
+    contiguous range of as many elements (``paired_grids``). ``there``: the peer's destination shapes, the
+    selections where this message lands in them, and their addresses (mapped here).
 
     A selection that lands there as short scattered runs (``staged``, decided alike on both sides) goes to the
     peer's staging buffer instead, packed as ``layout`` packs it: ``staging`` is the address of this message's

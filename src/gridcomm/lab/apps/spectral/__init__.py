@@ -2,10 +2,12 @@
 
 from .distribution import row_bands, wavenumber_sets
 from .dwarf import DistributedTransform, run_spectral
+from .operands import RowLayout
 from .transform import SpectralTransform, coefficient_count, coefficient_index
 
 __all__ = [
     "DistributedTransform",
+    "RowLayout",
     "SpectralTransform",
     "coefficient_count",
     "coefficient_index",

@@ -6,8 +6,15 @@ Legendre products over all rows) and the rows ``row_bands(nlon, P)[rank]`` (grid
 their FFTs over all wavenumbers). Between the halves the Fourier coefficients F_m(row) move:
 
 - inverse: (batch, my m, all rows) on the Legendre side -> (batch, all m, my rows) on the Fourier side, the
-  m in rank order (every block is then one contiguous slab on both sides);
+  m in rank order;
 - direct: the way back.
+
+The Legendre side is one flat buffer of blocks (``operands.RowLayout``): per group of rows g (``pipeline``) and
+then per rank q, the C-contiguous (batch, my m, q's rows of g) array that goes to q, so that every message is one
+contiguous range there, and one box of runs of my m x its rows on the Fourier side (a 1-D range pairs with any
+box of as many elements, also for ipc's direct copies: ``packing.geometry.paired_grids``). The Legendre half
+reads and writes the blocks through the layout's per-row tables. One rank keeps the plain (batch, m, 2N) array,
+which is its Fourier side as well.
 
 On the GPU each phase is a few array operations per wavenumber bucket and per row length, each a kernel launch
 that Python issues in about 10 µs: with ``graphs=True`` the FFT phases (N row lengths, a few launches each) and
@@ -18,6 +25,7 @@ phases stay as they are: CuPy refuses cuBLAS calls during a capture, and they ar
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +41,7 @@ from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import requested
 from .distribution import row_bands, wavenumber_sets
+from .operands import RowLayout
 from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
 PHASES = ("legendre", "fft", "transposition")
@@ -107,8 +116,6 @@ class DistributedTransform:
         self.grid, self.truncation, self.batch, self.xp = grid, t, batch, xp
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
         self.m_order = m_order
-        n_rows, mine = 2 * grid.N, len(self.wavenumbers)
-        self.legendre_side = xp.zeros((batch, mine, n_rows), dtype=np.complex128)
         self.overlap = True
         self.overlapped_seconds = 0.0
         self._to_rows: list[Any] = []
@@ -118,13 +125,24 @@ class DistributedTransform:
         groups = min(pipeline, min(len(b) for b in bands)) if comm.size > 1 else 1
         #: Every rank's rows cut into the pipeline's groups: ``row_groups[q][g]``, rank q's rows of group g.
         self.row_groups = [np.array_split(band, groups) for band in bands]
+        mine = len(self.wavenumbers)
+        #: How the Legendre side lies in memory (operands.RowLayout): None for the plain (batch, my m, 2N) array.
+        self.layout: RowLayout | None = None
         # One rank holds every wavenumber on every row, in the same order on both sides: one array, no
         # transposition (on one H200 that saves two copies of 5.4 GB per TCo639 step, 5.5 ms of 64).
         if comm.size == 1:
             requested(transport)  # a wrong name is still an error
+            self.legendre_side = xp.zeros((batch, mine, 2 * grid.N), dtype=np.complex128)
             self.fourier_side = self.legendre_side
             self._fourier_sides = [self.fourier_side]
         else:
+            # The Legendre side as one flat buffer of blocks, per group g and then per rank q the C-contiguous
+            # (batch, my m, q's rows of g) array that goes to q: each message is one contiguous range of it, where
+            # a box of the (batch, my m, 2N) array was runs of one band of rows (on 4 x H100, TCo639, 270 GB/s out
+            # of each rank against 356 GB/s for contiguous blocks: benchmarks/transposition_shape.py).
+            blocks = [(int(rows[0]), int(rows[-1]) + 1) for g in range(groups) for rows in self._group(g)]
+            self.layout = RowLayout.blocked(batch, mine, blocks)
+            self.legendre_side = xp.zeros(self.layout.size, dtype=np.complex128)
             # Per group, the Fourier side of its rows (batch, all m, the group's rows): an array of its own, so
             # that each group's FFTs read one contiguous array.
             self._fourier_sides = [
@@ -157,14 +175,11 @@ class DistributedTransform:
         wavenumbers on my rows of the group (collective; on an error every one made is closed first)."""
         from ....transpose import Transposer
 
-        batch, mine = self.batch, len(self.wavenumbers)
+        batch = self.batch
         try:
             for g, rows in enumerate(self.row_groups[self.comm.rank]):
-                on_legendre = {
-                    q: Box((0, 0, int(r[0])), (batch, mine, int(r[-1]) + 1))
-                    for q, groups in enumerate(self.row_groups)
-                    if len(r := groups[g])
-                }
+                spans = [self.layout.span(int(r[0])) for r in self._group(g)]  # q's block of group g
+                on_legendre = {q: Box((start,), (stop,)) for q, (start, stop) in enumerate(spans)}
                 on_fourier = {
                     p: Box((0, int(m_start[p]), 0), (batch, int(m_start[p + 1]), len(rows)))
                     for p in range(self.comm.size)
@@ -175,6 +190,11 @@ class DistributedTransform:
         except BaseException:
             self.close()
             raise
+
+    def _group(self, g: int) -> list[np.ndarray]:
+        """Every rank's rows of group ``g``, in rank order (none is empty: there are at most as many groups as
+        the fewest rows of a rank)."""
+        return [groups[g] for groups in self.row_groups]
 
     def _fourier_groups(self, fft_streams: int | None) -> list[SpectralTransform]:
         """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
@@ -214,7 +234,8 @@ class DistributedTransform:
         with self._on_stream():
             with self._timed("legendre"):
                 a = self._fixed(self._coefficients_in, coefficients) if self.graphs else coefficients
-                self._run("legendre inverse", lambda: transform.legendre_inverse(a, out=self.legendre_side), False)
+                inverse = functools.partial(transform.legendre_inverse, a, out=self.legendre_side, layout=self.layout)
+                self._run("legendre inverse", inverse, False)
             if self.pipeline > 1:
                 return self._inverse_groups()
             if self._to_rows:
@@ -238,7 +259,8 @@ class DistributedTransform:
                     with self._timed("transposition"):
                         self._transpose("to waves", self._to_waves[0])
             with self._timed("legendre"):
-                return self._run("legendre direct", lambda: transform.legendre_direct(self.legendre_side), False)
+                direct = functools.partial(transform.legendre_direct, self.legendre_side, layout=self.layout)
+                return self._run("legendre direct", direct, False)
 
     # -- the pipeline ----------------------------------------------------------------------------------------
 

@@ -2,7 +2,11 @@
 // between the caller's arrays and the matrix products' operands, one launch each per chunk of wavenumbers.
 //
 // The caller's arrays keep the fields (batch) slowest: coefficients (batch, ncoef) and Fourier coefficients
-// (batch, M, 2N), complex128 (double2). The products want the fields fastest, as the columns of one real
+// (batch, M, 2N), complex128 (double2), the latter laid out by per-row tables (operands.RowLayout): element
+// (b, m, r) at base[r] + (b * M + m) * width[r], where width[r] is the row count of r's block of consecutive rows
+// (a C-contiguous (batch, M, width) array) and base[r] the block's start plus r's place in it. One block of all
+// 2N rows (base[r] = r, width[r] = 2N) is the plain (batch, M, 2N) array; the distributed dwarf keeps one block
+// per peer (and group of rows) so that each block travels as one contiguous message. The products want the fields fastest, as the columns of one real
 // matrix (real and imaginary parts side by side are then simply the columns 2b and 2b + 1): operands
 // (chunk, parity, depth, batch) and (chunk, parity, N, batch), complex. Every kernel here is thus a
 // transposition between "fields slowest" and "fields fastest", done through a 32 x 32 tile in shared memory so
@@ -61,11 +65,12 @@ extern "C" __global__ void gridcomm_legendre_scatter(
 }
 
 // From the products of both parities on the northern rows, product (chunk, 2, N, batch): the Fourier
-// coefficients of every row, fourier[b, positions[i], r] = even + odd on the northern row r and
-// fourier[b, positions[i], 2N - 1 - r] = even - odd on its southern mirror. Tile: rows r0.., fields b0..
+// coefficients of every row, F[b, positions[i], r] = even + odd on the northern row r and
+// F[b, positions[i], 2N - 1 - r] = even - odd on its southern mirror, F laid out in ``fourier`` by the row
+// tables ``base`` and ``width`` (top of this file). Tile: rows r0.., fields b0..
 extern "C" __global__ void gridcomm_legendre_unfold(
     const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count,
-    double2* __restrict__ fourier)
+    const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ fourier)
 {
     __shared__ Tile north, south;
     const int i = blockIdx.z, r0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
@@ -80,33 +85,43 @@ extern "C" __global__ void gridcomm_legendre_unfold(
         }
     }
     __syncthreads();
-    const long long field = (long long)count * 2 * n, at = (long long)positions[i] * 2 * n;
+    const int r = r0 + threadIdx.x, mirror = 2 * n - 1 - r;
+    if (r >= n) return;  // no __syncthreads() follows
+    // Consecutive threads hold consecutive rows: their stores stay contiguous within a block of rows.
+    const long long north_base = base[r], south_base = base[mirror];
+    const long long north_width = width[r], south_width = width[mirror];
     for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along each field's rows
-        const int b = b0 + y, r = r0 + threadIdx.x;
-        if (r < n && b < batch) {
-            double2* f = fourier + b * field + at;
-            f[r] = north.v[threadIdx.x][y];
-            f[2 * n - 1 - r] = south.v[threadIdx.x][y];
+        const int b = b0 + y;
+        if (b < batch) {
+            const long long at = (long long)b * count + positions[i];
+            fourier[north_base + at * north_width] = north.v[threadIdx.x][y];
+            fourier[south_base + at * south_width] = south.v[threadIdx.x][y];
         }
     }
 }
 
 // unfold's counterpart for the quadrature: sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south
-// of fourier[b, positions[i], .] on the northern row r and its southern mirror 2N - 1 - r.
+// of F[b, positions[i], .] on the northern row r and its southern mirror 2N - 1 - r, F laid out in ``fourier``
+// by the row tables ``base`` and ``width``.
 extern "C" __global__ void gridcomm_legendre_fold(
     const double2* __restrict__ fourier, int n, int batch, const int* __restrict__ positions, int count,
-    double2* __restrict__ sums)
+    const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ sums)
 {
     __shared__ Tile plus, minus;
     const int i = blockIdx.z, r0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
-    const long long field = (long long)count * 2 * n, at = (long long)positions[i] * 2 * n;
-    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along each field's rows
-        const int b = b0 + y, r = r0 + threadIdx.x;
-        if (r < n && b < batch) {
-            const double2* f = fourier + b * field + at;
-            const double2 north = f[r], south = f[2 * n - 1 - r];
-            plus.v[y][threadIdx.x] = make_double2(north.x + south.x, north.y + south.y);
-            minus.v[y][threadIdx.x] = make_double2(north.x - south.x, north.y - south.y);
+    const int r = r0 + threadIdx.x, mirror = 2 * n - 1 - r;
+    if (r < n) {  // the loads of this thread's row (threads past the last row still reach __syncthreads())
+        const long long north_base = base[r], south_base = base[mirror];
+        const long long north_width = width[r], south_width = width[mirror];
+        for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along each field's rows
+            const int b = b0 + y;
+            if (b < batch) {
+                const long long at = (long long)b * count + positions[i];
+                const double2 north = fourier[north_base + at * north_width];
+                const double2 south = fourier[south_base + at * south_width];
+                plus.v[y][threadIdx.x] = make_double2(north.x + south.x, north.y + south.y);
+                minus.v[y][threadIdx.x] = make_double2(north.x - south.x, north.y - south.y);
+            }
         }
     }
     __syncthreads();

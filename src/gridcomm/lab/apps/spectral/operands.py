@@ -10,6 +10,12 @@ and imaginary parts of a field are simply two neighbouring columns of one real m
   every row, even + odd in the north and even - odd on the mirrored southern rows;
 - ``fold``: the reverse for the quadrature, (batch, M, 2N) -> north + south and north - south per northern row.
 
+The Fourier coefficients lie in a flat buffer as a ``RowLayout`` says, by per-row tables: element (b, m, r) at
+``base[r] + (b * M + m) * width[r]``, each row in a block of consecutive rows that is a C-contiguous
+(batch, M, rows of the block) array. One block of all 2N rows is the plain (batch, M, 2N) array; the
+distributed dwarf keeps a block per peer (and group of rows), so that each transposition message is one
+contiguous range (``dwarf.py``). A northern row and its southern mirror may lie in different blocks.
+
 On the host these are NumPy gathers; on the GPU one launch each (``legendre.cu``, transposing through shared
 memory), which replaced a gather, copies to and from the products' layout and four strided additions per
 bucket (O640, batch 412, one H200: see ``benchmarks/tune_buckets.py``).
@@ -17,17 +23,122 @@ bucket (O640, batch 412, one H200: see ``benchmarks/tune_buckets.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .... import kernels
+from ....arrays import array_module
+from ....errors import ArgumentError
 
 SOURCE = Path(__file__).with_name("legendre.cu")
 TILE = 32  # legendre.cu's tile side
 BLOCK = (TILE, 8)  # threads per block
+
+
+@dataclass(frozen=True, eq=False)
+class RowLayout:
+    """Where the Fourier coefficients F_m(row) of ``batch`` fields, ``count`` wavenumbers and rows 0..2N-1 lie in
+    a flat complex128 buffer of ``size`` elements: element (b, m, r) at ``base[r] + (b * count + m) * width[r]``
+    [elements]. Rows lie in blocks of consecutive rows, each a C-contiguous (batch, count, rows of the block)
+    array, the blocks one after the other: ``width[r]`` is the row count of r's block and ``base[r]`` the
+    block's start plus r's place in it. ``plain``: one block, the (batch, count, 2N) array.
+
+    ``base`` (2N,) int64 and ``width`` (2N,) int32 are host arrays; ``tables(xp)`` gives them on the device.
+    """
+
+    batch: int
+    count: int
+    base: np.ndarray
+    width: np.ndarray
+    _on_device: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False)
+
+    @classmethod
+    def plain(cls, batch: int, count: int, rows: int) -> RowLayout:
+        """The (batch, count, rows) C-contiguous array: base[r] = r, width[r] = rows."""
+        return cls.blocked(batch, count, [(0, rows)])
+
+    @classmethod
+    def blocked(cls, batch: int, count: int, blocks: Sequence[tuple[int, int]]) -> RowLayout:
+        """Blocks of rows ``first..stop-1``, one after the other in the buffer in the order given; together they
+        must hold every row 0..2N-1 once (ArgumentError otherwise)."""
+        rows = sum(stop - first for first, stop in blocks)
+        base, width = np.full(rows, -1, np.int64), np.zeros(rows, np.int32)
+        start = 0
+        for first, stop in blocks:
+            if not 0 <= first <= stop <= rows or np.any(base[first:stop] >= 0):
+                raise ArgumentError(
+                    f"row blocks {list(blocks)}: each block is a range first..stop-1 of the rows 0..{rows - 1}, "
+                    "and every row lies in one block"
+                )
+            base[first:stop] = start + np.arange(stop - first)
+            width[first:stop] = stop - first
+            start += batch * count * (stop - first)
+        return cls(batch, count, base, width)
+
+    @property
+    def rows(self) -> int:
+        """2N: every latitude row."""
+        return len(self.base)
+
+    @property
+    def size(self) -> int:
+        """Elements of the buffer: batch x count x 2N."""
+        return self.batch * self.count * self.rows
+
+    def span(self, first: int) -> tuple[int, int]:
+        """(start, stop) in the buffer [elements] of the block whose first row is ``first``."""
+        start = int(self.base[first])
+        return start, start + self.batch * self.count * int(self.width[first])
+
+    def tables(self, xp: Any) -> tuple[Any, Any]:
+        """(base, width) as arrays of ``xp``: the host's own, or device copies made once."""
+        if xp is np:
+            return self.base, self.width
+        if xp not in self._on_device:
+            self._on_device[xp] = (xp.asarray(self.base), xp.asarray(self.width))
+        return self._on_device[xp]
+
+    @functools.cached_property
+    def _pieces(self) -> list[tuple[int, int, int, int, int, int]]:
+        """The northern rows cut where their own block or their southern mirrors' block changes:
+        (a, b, north start, north width, south start, south width) per piece of rows a..b-1, where rows a..b-1
+        start at ``north start`` and their mirrors 2N-b..2N-1-a (ascending) at ``south start``, each in a block
+        of that width."""
+        n, base, width = self.rows // 2, self.base, self.width
+        # r starts a new block where it does not follow r - 1 in the buffer.
+        new = np.ones(self.rows, bool)
+        new[1:] = (base[1:] != base[:-1] + 1) | (width[1:] != width[:-1])
+        starts = np.flatnonzero(new)
+        cuts = {0, n, *starts[starts < n].tolist(), *(2 * n - starts[starts > n]).tolist()}
+        edges = sorted(c for c in cuts if 0 <= c <= n)
+        return [
+            (a, b, int(base[a]), int(width[a]), int(base[2 * n - b]), int(width[2 * n - b]))
+            for a, b in itertools.pairwise(edges)
+        ]
+
+    def views(self, fourier: np.ndarray) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        """(a, b, north, south) per piece of the northern rows a..b-1 (host): views (batch, count, b - a) of the
+        flat buffer ``fourier`` on those rows and on their southern mirrors, the mirrors in mirror order (the
+        view of row 2N-1-r at place r - a)."""
+        item, lead = fourier.itemsize, (self.batch, self.count)
+        for a, b, north, north_width, south, south_width in self._pieces:
+            shape = (*lead, b - a)
+            yield (
+                a,
+                b,
+                np.lib.stride_tricks.as_strided(
+                    fourier[north:], shape, (self.count * north_width * item, north_width * item, item)
+                ),
+                np.lib.stride_tricks.as_strided(
+                    fourier[south:], shape, (self.count * south_width * item, south_width * item, item)
+                )[:, :, ::-1],
+            )
 
 
 @dataclass(frozen=True)
@@ -135,36 +246,40 @@ def scatter(product: Any, chunk: Chunk, a: Any) -> None:
     a[:, chunk.index[chunk.valid]] = product[chunk.valid].T
 
 
-def unfold(product: Any, chunk: Chunk, fourier: Any) -> None:
-    """fourier[b, positions[i], r] = even + odd and fourier[b, positions[i], 2N - 1 - r] = even - odd on the
-    northern rows r, from product (chunk, 2, N, batch); ``fourier`` (batch, M, 2N) complex."""
-    batch, count, rows = fourier.shape
-    n = rows // 2
+def unfold(product: Any, chunk: Chunk, fourier: Any, layout: RowLayout) -> None:
+    """F[b, positions[i], r] = even + odd and F[b, positions[i], 2N - 1 - r] = even - odd on the northern rows r,
+    from product (chunk, 2, N, batch); F laid out by ``layout`` in the flat complex buffer ``fourier``."""
+    n = layout.rows // 2
     if chunk.index is None:
-        _launch("gridcomm_legendre_unfold", n, batch, chunk.count, (
-            product, np.int32(n), np.int32(batch), chunk.positions, np.int32(count), fourier,
+        _launch("gridcomm_legendre_unfold", n, layout.batch, chunk.count, (
+            product, np.int32(n), np.int32(layout.batch), chunk.positions, np.int32(layout.count),
+            *layout.tables(array_module(fourier)), fourier,
         ))  # fmt: skip
         return
     even, odd = product[:, 0], product[:, 1]  # (chunk, N, batch)
+    plus, minus = np.moveaxis(even + odd, -1, 0), np.moveaxis(even - odd, -1, 0)  # (batch, chunk, N)
     at = chunk.places
-    fourier[:, at, :n] = np.moveaxis(even + odd, -1, 0)
-    fourier[:, at, n:] = np.moveaxis((even - odd)[:, ::-1], -1, 0)
+    for a, b, north, south in layout.views(fourier):
+        north[:, at] = plus[:, :, a:b]
+        south[:, at] = minus[:, :, a:b]
 
 
-def fold(fourier: Any, chunk: Chunk, sums: Any) -> None:
-    """sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south of fourier[b, positions[i], .] on
-    the northern row r and its mirror 2N - 1 - r; unfold's counterpart for the quadrature."""
-    batch, count, rows = fourier.shape
-    n = rows // 2
+def fold(fourier: Any, chunk: Chunk, sums: Any, layout: RowLayout) -> None:
+    """sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south of F[b, positions[i], .] on the
+    northern row r and its mirror 2N - 1 - r, F laid out by ``layout`` in the flat complex buffer ``fourier``;
+    unfold's counterpart for the quadrature."""
+    n = layout.rows // 2
     if chunk.index is None:
-        _launch("gridcomm_legendre_fold", n, batch, chunk.count, (
-            fourier, np.int32(n), np.int32(batch), chunk.positions, np.int32(count), sums,
+        _launch("gridcomm_legendre_fold", n, layout.batch, chunk.count, (
+            fourier, np.int32(n), np.int32(layout.batch), chunk.positions, np.int32(layout.count),
+            *layout.tables(array_module(fourier)), sums,
         ))  # fmt: skip
         return
     at = chunk.places
-    north, south = fourier[:, at, :n], fourier[:, at, n:][:, :, ::-1]  # (batch, chunk, N)
-    np.add(north, south, out=np.moveaxis(sums[:, 0], -1, 0))
-    np.subtract(north, south, out=np.moveaxis(sums[:, 1], -1, 0))
+    for a, b, north, south in layout.views(fourier):
+        north, south = north[:, at], south[:, at]  # (batch, chunk, b - a)
+        np.add(north, south, out=np.moveaxis(sums[:, 0, a:b], -1, 0))
+        np.subtract(north, south, out=np.moveaxis(sums[:, 1, a:b], -1, 0))
 
 
 def _launch(name: str, across: int, batch: int, count: int, args: tuple[Any, ...]) -> None:

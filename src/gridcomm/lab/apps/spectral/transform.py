@@ -17,9 +17,11 @@ Each transform has two halves, so that a distributed transform can transpose in 
   table (N rows by the degrees) times the coefficients (degrees by the fields, real and imaginary parts as
   neighbouring columns), so that one real product does a complex field's work and cuBLAS reads and writes its
   operands where they lie; ``operands.py`` moves the caller's arrays (fields slowest) to and from that layout
-  in one pass, adding the parities into northern and southern rows on the way. Wavenumbers of similar length
-  T - m + 1 are bucketed, their tables zero-padded to the bucket's longest and stacked, so that each bucket
-  is one batched product (both parities), on the GPU in chunks that bound the work arrays;
+  in one pass, adding the parities into northern and southern rows on the way (the Fourier coefficients either
+  as a (batch, m, 2N) array or, given an ``operands.RowLayout``, in blocks of rows of a flat buffer, which is
+  how the distributed dwarf keeps one block per peer). Wavenumbers of similar length T - m + 1 are bucketed,
+  their tables zero-padded to the bucket's longest and stacked, so that each bucket is one batched product
+  (both parities), on the GPU in chunks that bound the work arrays;
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
   length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
   row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
@@ -51,7 +53,7 @@ from ....grids.octahedral import OctahedralGrid
 from . import operands
 from .fourier import FoldingPlan, RowFFTs, RowGeometry, plan_folding
 from .legendre import legendre_functions
-from .operands import Chunk, make_chunk
+from .operands import Chunk, RowLayout, make_chunk
 
 #: The wavenumbers of a transform are cut into at most this many buckets of similar length T - m + 1, each padded
 #: to its longest: padding costs about 1 / MAX_BUCKETS more Legendre work when the m are spread evenly (0..T, or a
@@ -152,6 +154,7 @@ class SpectralTransform:
         self._retired: list[Any] = []  # scratch buffers outgrown (``_scratch``)
         self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows], first_point), self.xp, fft_streams)
         self._fourier_plans: dict[bytes, FoldingPlan] = {}
+        self._plain_layouts: dict[int, RowLayout] = {}  # per batch size (legendre_inverse, legendre_direct)
         #: Times the Legendre products apart from the moves around them where set (a ProductClock); None: untimed.
         self.product_clock: ProductClock | None = None
         self._set_up_legendre()
@@ -231,44 +234,88 @@ class SpectralTransform:
         """A context around one Legendre matrix product: timed by ``product_clock`` where one is set."""
         return contextlib.nullcontext() if self.product_clock is None else self.product_clock.timed()
 
-    def legendre_inverse(self, coefficients: Any, out: Any = None) -> Any:
+    def legendre_inverse(self, coefficients: Any, out: Any = None, *, layout: RowLayout | None = None) -> Any:
         """(batch, ncoef) coefficients of this object's wavenumbers -> (batch, m, 2N) Fourier coefficients
-        F_m(row) on every row (written into ``out``, C-contiguous, when given)."""
-        xp, n = self.xp, self.grid.N
+        F_m(row) on every row (written into ``out``, C-contiguous, when given).
+
+        ``layout``: the Fourier coefficients go instead into a flat (size,) complex buffer laid out by this
+        ``operands.RowLayout`` (e.g. blocks of rows per peer, as the distributed dwarf keeps them); ``out``, when
+        given, is that buffer."""
+        xp = self.xp
         a = self._coefficients(coefficients)
-        batch, count = a.shape[0], len(self.wavenumbers)
-        out = xp.empty((batch, count, 2 * n), np.complex128) if out is None else out
-        _output(out, (batch, count, 2 * n), "legendre_inverse")
+        batch = a.shape[0]
+        if layout is None:
+            shape = (batch, len(self.wavenumbers), 2 * self.grid.N)
+            out = xp.empty(shape, np.complex128) if out is None else _output(out, shape, "legendre_inverse")
+            flat, layout = out.reshape(-1), self._plain_layout(batch)
+        else:
+            self._check_layout(layout, batch, "legendre_inverse")
+            out = xp.empty(layout.size, np.complex128) if out is None else out
+            flat = _output(out, (layout.size,), "legendre_inverse")
         for chunk in self._chunks(batch):
             operand = self._operand("narrow", chunk, batch)
             operands.gather(a, chunk, operand)
             product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
             with self._product():
                 xp.matmul(chunk.tables, _real(operand), out=_real(product))
-            operands.unfold(product, chunk, out)
+            operands.unfold(product, chunk, flat, layout)
         return out
 
-    def legendre_direct(self, fourier: Any, out: Any = None) -> Any:
+    def legendre_direct(self, fourier: Any, out: Any = None, *, layout: RowLayout | None = None) -> Any:
         """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature
-        (written into ``out``, C-contiguous, when given)."""
+        (written into ``out``, C-contiguous, when given).
+
+        ``layout``: ``fourier`` is instead a flat (size,) complex128 buffer laid out by this
+        ``operands.RowLayout``, as ``legendre_inverse`` writes it."""
         xp, n = self.xp, self.grid.N
         f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
         count = len(self.wavenumbers)
-        if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
-            raise FieldError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
-        f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
-        batch = f.shape[0]
+        if layout is None:
+            if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
+                raise FieldError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
+            f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
+            layout = self._plain_layout(f.shape[0])
+        else:
+            self._check_layout(layout, layout.batch, "legendre_direct")
+            if f.shape != (layout.size,) or f.dtype != np.complex128 or not f.flags.c_contiguous:
+                raise FieldError(
+                    f"Fourier coefficients of shape {tuple(f.shape)} and dtype {f.dtype}: expected the C-contiguous "
+                    f"({layout.size},) complex128 buffer of the row layout given"
+                )
+        batch = layout.batch
         shape = (batch, self.ncoef)
         out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "legendre_direct")
+        flat = f.reshape(-1)
         for chunk in self._chunks(batch):
             # North + south rows for l - m even, north - south for odd; the weights are in the tables.
             sums = self._operand("wide", chunk, batch)
-            operands.fold(f, chunk, sums)
+            operands.fold(flat, chunk, sums, layout)
             product = self._operand("narrow", chunk, batch)
             with self._product():
                 xp.matmul(chunk.weighted, _real(sums), out=_real(product))
             operands.scatter(product, chunk, out)
         return out
+
+    def _plain_layout(self, batch: int) -> RowLayout:
+        """The (batch, m, 2N) array's row layout, made once per batch size (its tables are copied to the GPU)."""
+        layout = self._plain_layouts.get(batch)
+        if layout is None:
+            if len(self._plain_layouts) >= _FOURIER_PLANS_KEPT:
+                del self._plain_layouts[next(iter(self._plain_layouts))]
+            layout = self._plain_layouts[batch] = RowLayout.plain(batch, len(self.wavenumbers), 2 * self.grid.N)
+        return layout
+
+    def _check_layout(self, layout: Any, batch: int, what: str) -> None:
+        """ArgumentError unless ``layout`` is a RowLayout; FieldError unless it is of ``batch`` fields, this
+        object's wavenumbers and every row."""
+        if not isinstance(layout, RowLayout):
+            raise ArgumentError(f"{what}: layout is a {type(layout).__name__}; give an operands.RowLayout or None")
+        want = (batch, len(self.wavenumbers), 2 * self.grid.N)
+        if (layout.batch, layout.count, layout.rows) != want:
+            raise FieldError(
+                f"{what}: the row layout holds (batch, m, rows) = {(layout.batch, layout.count, layout.rows)}, "
+                f"expected {want}"
+            )
 
     # -- Fourier half -----------------------------------------------------------------------------------------
 
