@@ -541,7 +541,8 @@ def test_a_command_with_a_progress_bar_finishes_on_a_terminal(tmp_path):
 
 def test_bench_halo_on_declared_nodes_times_the_mixes(tmp_path):
     """4 ranks as 2 nodes of 2: cma cannot serve the peers on the other node, so it is left out and cma+mpi (cma
-    on the node, mpi across) is timed beside the mpi variants; the run does not stop on cma's refusal."""
+    on the node, mpi across) is timed beside the mpi variants and beside each of its groups alone; the run does
+    not stop on cma's refusal."""
     proc = run_gridcomm(
         "bench", "halo", "--np", "4", "--quick", "--no-peers", "--out", str(tmp_path), GRIDCOMM_RANKS_PER_NODE="2"
     )
@@ -549,3 +550,6 @@ def test_bench_halo_on_declared_nodes_times_the_mixes(tmp_path):
     (path,) = tmp_path.glob("halo-cpu-4r-*.json")
     for r in json.loads(path.read_text())["results"]:
         assert "cma" not in r["variants"] and {"cma+mpi", "p2p/copy"} <= set(r["variants"]), r["variants"]
+        # each mix beside its groups alone (exchanger.only), and its time over the slower of them
+        assert {"cma+mpi: node alone", "cma+mpi: network alone"} <= set(r["groups_alone"]), r["groups_alone"]
+        assert r["mixed_over_slower_group"]["cma+mpi"] > 0, r["mixed_over_slower_group"]

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn, Self
 
@@ -561,6 +561,34 @@ class BoundExchange:
                 "that needs GPU fields, a transport whose waits give up on the GPU (ipc, nvshmem) and no validation"
             )
         self._replay = bool(value)
+
+    @property
+    def reaches(self) -> tuple[str, ...]:
+        """How this exchanger's groups of peers are reached, each group by a transport of its own: ("all",) where
+        the ranks share one node, else "node" (peers on this rank's node) and/or "network" (the others)."""
+        return tuple(g.reach for g in self._groups)
+
+    @contextlib.contextmanager
+    def only(self, reach: str) -> Iterator[None]:
+        """Within the block, every exchange moves only one group of peers: those on this rank's node
+        (``"node"``) or those on the others (``"network"``), on that group's transport, the other group's halos
+        left as they are; each part is enqueued from Python (no graph of the whole exchange). What a benchmark
+        times to set a mixed exchange (``transports``: a transport per group) beside its groups alone.
+        Collective: every rank names the same group. Not in validation mode, which checks every peer."""
+        groups = [g for g in self._groups if g.reach == reach]
+        if not groups:
+            have = ", ".join(map(repr, self.reaches))
+            raise ArgumentError(f"only({reach!r}): this {type(self).__name__}'s groups of peers are {have}")
+        if self.validate:
+            raise GridcommError("only() moves part of the peers, and validation mode checks every peer")
+        if not self._handle.done:
+            raise GridcommError(f"an exchange is in flight on this {type(self).__name__}; wait() for it first")
+        saved = self._groups, self._lanes, self._replay, self._replayed
+        self._groups, self._lanes, self._replay, self._replayed = groups, [None], False, None
+        try:
+            yield
+        finally:
+            self._groups, self._lanes, self._replay, self._replayed = saved
 
     # -- running ----------------------------------------------------------------------------------------
 

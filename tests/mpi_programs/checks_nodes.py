@@ -15,6 +15,7 @@ from harness import (
     HaloExchanger,
     assert_everywhere,
     assert_raises_everywhere,
+    cell_bytes,
     describe_mismatch,
     expected_cells,
     local_with_sentinel,
@@ -174,4 +175,46 @@ def check_transposer_per_peer(comm):
         node_only = {"ipc"} if ON_GPU else {"cma"}
         problems += [f"peer {q} on another node served by {t}" for q, t in served.items()
                      if t in node_only and not _same_node(gc, q)]  # fmt: skip
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
+@ranks(minimum=2)
+def check_only_one_group_moves_its_peers_halos(comm):
+    """exchanger.only(reach): the exchanges in the block move only that group's peers (the halo facing a peer of
+    the other group keeps what it held), bit for bit; a block of each group in turn gives the whole exchange; a
+    group the exchanger does not have is an ArgumentError naming it (host fields; on the GPU the benchmarks
+    time the groups alone)."""
+    if ON_GPU:
+        return
+    problems = []
+    with gridcomm.Communicator(comm) as gc:
+        one_node = len(set(gc.nodes)) == 1
+
+        def group_of(peer: int) -> str:
+            return "all" if one_node else "node" if _same_node(gc, peer) else "network"
+
+        d = _decomposition(gc)
+        g = random_global(d.global_shape, "float64", 5)
+        f = local_with_sentinel(d, g)
+        before = f.copy()
+        want = expected_cells(g, d.global_slices, d.halo, d.periodic, d.stencil)
+        # The ring's neighbours along axis 0: the halo slab on each side comes from that one rank alone.
+        sides = ((slice(0, 1), (gc.rank - 1) % gc.size), (slice(-1, None), (gc.rank + 1) % gc.size))
+        moved: set[str] = set()
+        with gridcomm.HaloExchanger(d, f, {"node": "cma", "network": "mpi"}) as ex:
+            if ex.reaches != (("all",) if one_node else ("node", "network") if K > 1 else ("network",)):
+                problems.append(f"groups {ex.reaches}")
+            for reach in ex.reaches:
+                with ex.only(reach):
+                    ex.exchange()
+                moved.add(reach)
+                for side, peer in sides:  # as cell bytes, as expected_cells gives them
+                    expected = want[side] if group_of(peer) in moved else cell_bytes(before)[side]
+                    if not np.array_equal(cell_bytes(f)[side], expected):
+                        problems.append(f"after only({reach!r}): the halo facing rank {peer} is wrong")
+            if p := describe_mismatch(f, want):
+                problems.append(f"after each group alone: {p}")
+            missing = next(r for r in ("node", "network", "all") if r not in ex.reaches)
+            assert_raises_everywhere(comm, lambda: ex.only(missing).__enter__(), gridcomm.ArgumentError, missing)
+        d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)

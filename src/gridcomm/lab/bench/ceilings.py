@@ -254,6 +254,31 @@ def torch_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
     return lambda: dist.all_to_all_single(recv, send, splits, splits)
 
 
+def time_groups_alone(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:
+    """Where ``exchanger`` serves its groups of peers by transports of their own (a mix, e.g. ``ipc+nccl``), each
+    group's exchange alone (``exchanger.only``), enqueued from Python: ``{name + ": node alone": ...,
+    name + ": network alone": ...}``; empty for one group. A mixed exchange runs its groups side by side, so it
+    should take little more than the slower of them."""
+    if len(exchanger.reaches) < 2:
+        return {}
+    timings = {}
+    for reach in exchanger.reaches:
+        with exchanger.only(reach):
+            timings[f"{name}: {reach} alone"] = time_gpu(comm, exchanger.exchange, samples)
+    return timings
+
+
+def mixed_over_slower_group(timings: dict[str, Any]) -> dict[str, float]:
+    """{mix: its exchange's median over the slower of its groups' alone} for every mix timed with
+    time_groups_alone (``timings``: label -> Timing)."""
+    out = {}
+    for label in timings:
+        alone = [t.median for k, t in timings.items() if k.startswith(f"{label}: ") and k.endswith(" alone")]
+        if alone:
+            out[label] = timings[label].median / max(alone)
+    return out
+
+
 def time_exchanger(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:
     """``{name: seconds per exchange}`` (``exchange()`` from Python: where the transport allows, a launch of
     the exchanger's own graph), ``{name + " enqueued": ...}`` of the same with each part enqueued from Python

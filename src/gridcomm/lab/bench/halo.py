@@ -18,6 +18,7 @@ turn with the others' (``time_interleaved``), so that the ratios hold on a machi
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from ...errors import GridcommError
 from ...exchange import HaloExchanger
 from ...transports import CmaTransport, MpiTransport, Transport, mixes
 from ..measure.timing import time_interleaved
+from .ceilings import mixed_over_slower_group
 from .peers import GhexHalo, same_bits
 
 VARIANTS: dict[str, Transport] = {
@@ -170,6 +172,13 @@ def run_case(
         }
         first = next(iter(exchangers.values()))  # the floors move the same per-peer bytes as the exchanges
         runs = {name: exchanger.exchange for name, exchanger in exchangers.items()}
+        alone = {  # a mix's groups each alone (exchanger.only), beside the mix that runs them together
+            f"{name}: {reach} alone": functools.partial(_group_alone, exchanger, reach)
+            for name, exchanger in exchangers.items()
+            if len(exchanger.reaches) > 1
+            for reach in exchanger.reaches
+        }
+        runs |= alone
         runs |= {"floor": _floor(comm, first, fresh=False), "floor_fresh": _floor(comm, first, fresh=True)}
         if (peers or {}).get("GHEX", "not asked for") is None:
             ghex = _ghex_peer(comm, decomposition, fields)
@@ -178,6 +187,7 @@ def run_case(
         timings = time_interleaved(comm.mpi, runs, samples=samples)
         row = _row(case, decomposition, first)
     floor, floor_fresh = timings.pop("floor"), timings.pop("floor_fresh")
+    groups = {name: timings.pop(name) for name in alone}
     peer_timings = {name: timings.pop(name) for name in [k for k in timings if k not in variants]}
     best = min(timings, key=lambda k: timings[k].median)
     return {
@@ -190,7 +200,15 @@ def run_case(
         "best": best,
         "best_over_floor": timings[best].median / floor.median,
         "best_over_floor_fresh": timings[best].median / floor_fresh.median,
+        "groups_alone": {k: t.as_dict() for k, t in groups.items()},
+        "mixed_over_slower_group": mixed_over_slower_group(timings | groups),
     }
+
+
+def _group_alone(exchanger: Any, reach: str) -> None:
+    """One exchange of the peers ``exchanger`` reaches so (``only``): a mix's group timed alone."""
+    with exchanger.only(reach):
+        exchanger.exchange()
 
 
 def cases(sizes: Sequence[int], field_counts: Sequence[int], levels: int, halo: int) -> list[HaloCase]:
@@ -206,7 +224,14 @@ def run_gpu_case(
     and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``."""
     import cupy
 
-    from .ceilings import PeerBuffers, nccl_sendrecv, peer_copy, time_exchanger, time_gpu
+    from .ceilings import (
+        PeerBuffers,
+        nccl_sendrecv,
+        peer_copy,
+        time_exchanger,
+        time_gpu,
+        time_groups_alone,
+    )
 
     decomposition = _decomposition(comm, case)
     fields = _fields(decomposition, case, cupy)
@@ -215,19 +240,23 @@ def run_gpu_case(
     for name, transport in transports.items():
         with HaloExchanger(decomposition, fields, transport) as exchanger:
             timings.update(time_exchanger(comm, exchanger, name, samples))
+            timings.update(time_groups_alone(comm, exchanger, name, samples))
     largest = row["bytes_per_peer_max"]  # over all ranks: every rank times the same ceilings
     if largest:
         timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, largest, peers), samples)
         buffers = PeerBuffers(comm, largest)
         timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, largest, False), samples)
         buffers.close()
-    exchanges = {k: t for k, t in timings.items() if k not in ("nccl send/recv", "peer copy")}
+    exchanges = {
+        k: t for k, t in timings.items() if k not in ("nccl send/recv", "peer copy") and not k.endswith(" alone")
+    }
     best = min(exchanges, key=lambda k: exchanges[k].median)
     return {
         **row,
         "times": {k: t.as_dict() for k, t in timings.items()},
         "best": best,
         "best_over_nccl": exchanges[best].median / timings["nccl send/recv"].median if largest else None,
+        "mixed_over_slower_group": mixed_over_slower_group(timings),
         "pack_GBps": pack_gbps,
         "unpack_GBps": unpack_gbps,
         "hbm_copy_GBps": hbm_gbps,

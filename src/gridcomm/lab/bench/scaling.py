@@ -99,14 +99,27 @@ def _runs(folder: Path) -> dict[tuple[str, int], list[Path]]:
 
 
 def _newest(
-    runs: dict[tuple[str, int], list[Path]], name: str, ranks: int, accept: Any = lambda payload: True
+    runs: dict[tuple[str, int], list[Path]],
+    name: str,
+    ranks: int,
+    accept: Any = lambda payload: True,
+    device: str | None = None,
 ) -> tuple[str, dict] | None:
-    """(name, content) of the newest run of benchmark ``name`` on ``ranks`` ranks whose content ``accept`` takes."""
+    """(name, content) of the newest run of benchmark ``name`` on ``ranks`` ranks whose content ``accept`` takes,
+    on ``device`` (the machine's GPU name) where given; an all-to-all only where it ran on one node."""
     for path in runs.get((name, ranks), []):
         payload = json.loads(path.read_text())
-        if accept(payload):
+        here = device is None or payload["machine"].get("device") == device
+        if here and accept(payload) and (name != "alltoall" or _one_node(payload)):
             return path.stem, payload
     return None
+
+
+def _device(runs: dict[tuple[str, int], list[Path]]) -> str | None:
+    """The GPU the model is of: that of the newest 2-GPU all-to-all of one node. Every other input and measured
+    point comes from the same GPU, so that a run on another (4 x H100 beside 2 x H200) is not taken for it."""
+    first = _newest(runs, "alltoall", 2)
+    return first[1]["machine"].get("device") if first else None
 
 
 @dataclass
@@ -127,8 +140,13 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
     run on (``links``). ValueError naming the missing benchmark."""
     runs = _runs(Path(folder))
     sources: dict[str, str] = {}
+    device = _device(runs)
+
+    def _newest_here(name: str, gpus: int, accept: Any = lambda payload: True) -> tuple[str, dict] | None:
+        return _newest(runs, name, gpus, accept, device)
+
     alltoalls = {gpus: found for (name, gpus) in sorted(runs) if name == "alltoall" and gpus > 1
-                 if (found := _newest(runs, name, gpus))}  # fmt: skip
+                 if (found := _newest_here(name, gpus))}  # fmt: skip
     if machine is None:
         if 2 not in alltoalls:
             raise ValueError(f"no alltoall-gpu-2r-*.json in {folder}: run gridcomm bench alltoall --np 2 on 2 GPUs")
@@ -140,27 +158,33 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
         for r in payload["results"]:
             measured.append(_point("alltoall", r["bytes_per_peer"], gpus, r["times"]["ipc graph"]))
     stencil: dict[int, float] = {}
-    if found := _newest(runs, "stencil2d", 1, _has_graph_mode):
+    if found := _newest_here("stencil2d", 1, _has_graph_mode):
         sources["stencil2d"] = found[0]
         stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if r["mode"] == "graph"}
     for gpus in sorted(g for name, g in runs if name == "stencil2d" and g > 1):
-        if found := _newest(runs, "stencil2d", gpus, _has_graph_mode):
+        if found := _newest_here("stencil2d", gpus, _has_graph_mode):
             for r in found[1]["results"]:
                 if r["mode"] == "graph":
                     measured.append(_point("stencil2d", r["n"], gpus, r["time_per_step_s"]))
     mpdata: dict[str, tuple[int, int, float]] = {}
-    if found := _newest(runs, "mpdata", 1):
+    if found := _newest_here("mpdata", 1):
         sources["mpdata"] = found[0]
         for r in found[1]["results"]:
             if r["transport"] == "none":
                 mpdata[r["grid"]] = (r["nodes"], r["levels"], r["time_per_step_s"])
     spectral = None
-    if found := _newest(runs, "spectral", 1, lambda p: p["results"][0].get("steps", 0) >= 20
-                        and p["results"][0].get("levels") == 137):  # fmt: skip
+    if found := _newest_here("spectral", 1, lambda p: p["results"][0].get("steps", 0) >= 20
+                             and p["results"][0].get("levels") == 137):  # fmt: skip
         sources["spectral"] = found[0]
         spectral = found[1]["results"][0]
-        measured += _spectral_points(runs, spectral)
+        measured += _spectral_points(runs, spectral, device)
     return Inputs(machine, sources, stencil, mpdata, spectral, measured)
+
+
+def _one_node(payload: dict[str, Any]) -> bool:
+    """Whether an all-to-all ran on one node, ipc timed (not on declared nodes, where only mixes reach every
+    peer)."""
+    return all("ipc graph" in r["times"] for r in payload["results"])
 
 
 def _has_graph_mode(payload: dict[str, Any]) -> bool:
@@ -179,10 +203,12 @@ def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
     return Link(gpus, out_of_each_gpu, rows[0]["times"]["ipc graph"]["median_s"], stem)
 
 
-def _spectral_points(runs: dict[tuple[str, int], list[Path]], one_gpu: dict[str, Any]) -> list[dict[str, Any]]:
+def _spectral_points(
+    runs: dict[tuple[str, int], list[Path]], one_gpu: dict[str, Any], device: str | None
+) -> list[dict[str, Any]]:
     """The fastest step measured on each GPU count for the one-GPU input's grid, levels and batch, each
-    transport's run without a pipeline (the model counts the transpositions whole), from the newest run that
-    has one."""
+    transport's run without a pipeline (the model counts the transpositions whole), from the newest run on
+    ``device`` that has one."""
 
     def steps(payload: dict[str, Any]) -> list[float]:
         same = (one_gpu["grid"], one_gpu["levels"], one_gpu["batch"])
@@ -191,7 +217,7 @@ def _spectral_points(runs: dict[tuple[str, int], list[Path]], one_gpu: dict[str,
 
     points = []
     for gpus in sorted(g for name, g in runs if name == "spectral" and g > 1):
-        if found := _newest(runs, "spectral", gpus, lambda payload: bool(steps(payload))):
+        if found := _newest(runs, "spectral", gpus, lambda payload: bool(steps(payload)), device):
             points.append(_point("spectral", one_gpu["truncation"], gpus, min(steps(found[1]))))
     return points
 
@@ -367,10 +393,12 @@ def targets(predictions: dict) -> list[list[str]]:
 
 def measured_curves(folder: str | Path) -> dict[str, dict[str, dict[int, float]]]:
     """Strong and weak scaling as measured: for every dwarf and transport (or mode), seconds per step against
-    GPUs, from the newest GPU result file per GPU count in ``folder`` (MPDATA O1280 and the spectral transform's
-    largest case: strong; stencil2d's graph and persistent modes at n = 64, 1024 and 8192: weak; the all-to-all at
-    its largest block)."""
-    newest = {key: json.loads(paths[0].read_text()) for key, paths in _runs(Path(folder)).items()}
+    GPUs, from the newest GPU result file per GPU count in ``folder`` on the model's GPU (``_device``): MPDATA
+    O1280 and the spectral transform's largest case (strong), stencil2d's graph and persistent modes at n = 64,
+    1024 and 8192 (weak), the all-to-all at its largest block."""
+    runs = _runs(Path(folder))
+    device = _device(runs)
+    newest = {key: found[1] for key in runs if (found := _newest(runs, *key, device=device))}
     curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
     for (name, gpus), payload in sorted(newest.items()):
         rows = payload["results"]

@@ -25,6 +25,7 @@ from ...transpose import Transposer
 from .ceilings import (
     HostSendRecv,
     PeerBuffers,
+    mixed_over_slower_group,
     nccl_sendrecv,
     nvlink_nominal_gbps,
     peer_copy,
@@ -32,6 +33,7 @@ from .ceilings import (
     sync,
     time_exchanger,
     time_gpu,
+    time_groups_alone,
     torch_alltoall,
     torch_process_group,
 )
@@ -103,6 +105,7 @@ def run_transfer(
             destination.fill(0)  # each transport must deliver on its own
             with block_transposer(comm, nbytes, source, destination, transport) as transposer:
                 timings.update(time_exchanger(comm, transposer, name, samples))
+                timings.update(time_groups_alone(comm, transposer, name, samples))
             _check_received(comm, destination, nbytes, peers)
         timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, nbytes, peers), samples)
         if no_torch is None:
@@ -128,6 +131,7 @@ def run_transfer(
                 "ceiling_GBps": sent / ceiling / 1e9,
                 "best": best,
                 "best_vs_nccl_best": nccl_best / ours[best] if best else None,
+                "mixed_over_slower_group": mixed_over_slower_group(timings),
                 **(_staged_share(timings, staged, sent) if staged else {}),
             }
         )
