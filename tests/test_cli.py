@@ -548,7 +548,9 @@ def test_bench_halo_on_declared_nodes_times_the_mixes(tmp_path):
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     (path,) = tmp_path.glob("halo-cpu-4r-*.json")
-    for r in json.loads(path.read_text())["results"]:
+    payload = json.loads(path.read_text())
+    assert payload["machine"]["declared_ranks_per_node"] == 2  # the file says the nodes were declared
+    for r in payload["results"]:
         assert "cma" not in r["variants"] and {"cma+mpi", "p2p/copy"} <= set(r["variants"]), r["variants"]
         # each mix beside its groups alone (exchanger.only), and its time over the slower of them
         assert {"cma+mpi: node alone", "cma+mpi: network alone"} <= set(r["groups_alone"]), r["groups_alone"]

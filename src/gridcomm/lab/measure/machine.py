@@ -59,6 +59,13 @@ def gpus() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
 
 
+def _declared_ranks_per_node() -> int | None:
+    from ...comm import RANKS_PER_NODE
+
+    value = os.environ.get(RANKS_PER_NODE, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def machine_info(nranks: int, gpus_used: int = 0) -> dict[str, Any]:
     """The record stored beside every benchmark figure."""
     from ...mpilib import mpi_cuda_aware, mpi_library_version
@@ -72,6 +79,9 @@ def machine_info(nranks: int, gpus_used: int = 0) -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_cores": os.cpu_count(),
         "ranks": nranks,
+        # GRIDCOMM_RANKS_PER_NODE: ranks taken as nodes of this many (the transports then chosen per group of
+        # peers as across nodes), None where unset; before 2026-11-26 12:00 UTC results did not say.
+        "declared_ranks_per_node": _declared_ranks_per_node(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "versions": {
