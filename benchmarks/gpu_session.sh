@@ -129,10 +129,14 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
           tests/test_gpu.py -k transpose
         ;;
-      tests-exchange)  # the exchanger and transposer GPU suites only (test_gpu.py; over 480 s on 4 x H100 with
-        # the dwarfs' suites: a call of its own)
+      tests-exchange)  # the exchanger and transposer GPU suites (test_gpu.py) but those on declared nodes: with
+        # them and the dwarfs' suites, `tests` took over 480 s on 4 x H100
         stage tests-exchange 540 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 \
-          -p no:cacheprovider tests/test_gpu.py
+          -p no:cacheprovider tests/test_gpu.py -k "not declared_nodes"
+        ;;
+      tests-nodes)  # the GPU suites on declared nodes of 2 (about 110 s on 4 x H100): with tests-dwarfs, one call
+        stage tests-nodes 300 $py -m pytest -m gpu -q -rs --timeout=280 --durations=5 -p no:cacheprovider \
+          tests/test_gpu.py -k declared_nodes
         ;;
       tests-dwarfs)  # the dwarfs' GPU suites: stencil2d, spectral, MPDATA
         # shellcheck disable=SC2046  # the existing files, one word each
@@ -152,7 +156,8 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage tests-quick 200 $py -m pytest -m gpu -q -rs --timeout=180 -p no:cacheprovider -k "not suite and not property" \
           tests/test_gpu.py tests/test_stencil2d.py
         ;;
-      tests)  # every GPU suite: 447 s on 4 x H200, over 480 s on 4 x H100; there, tests-exchange and tests-dwarfs
+      tests)  # every GPU suite: 447 s on 4 x H200, over 480 s on 4 x H100; there, tests-exchange, then
+        # tests-nodes and tests-dwarfs
         # shellcheck disable=SC2046  # the existing files, one word each
         stage tests 560 $py -m pytest -m gpu -q -rs --timeout=300 --durations=15 --maxfail=30 -p no:cacheprovider \
           $(ls tests/test_gpu.py tests/test_stencil2d.py tests/test_spectral_gpu.py tests/test_mpdata_gpu.py 2>/dev/null)
