@@ -22,6 +22,18 @@ struct Tile {
     double2 v[TILE][TILE + 1];  // the padding staggers the banks of a column
 };
 
+// Where F[b, m, .] of northern row r and of its southern mirror 2N - 1 - r lie in ``fourier`` (the row tables
+// ``base`` and ``width``, top of this file): the offsets of the field-and-wavenumber index 0, and the stride of
+// that index (at = b * count + m) for each row.
+struct RowPair {
+    long long north_base, south_base, north_width, south_width;
+    __device__ RowPair(const long long* base, const int* width, int r, int n)
+        : north_base(base[r]), south_base(base[2 * n - 1 - r]),
+          north_width(width[r]), south_width(width[2 * n - 1 - r]) {}
+    __device__ long long north(long long at) const { return north_base + at * north_width; }
+    __device__ long long south(long long at) const { return south_base + at * south_width; }
+};
+
 // operand[i, p, k, b] = a[b, offsets[i] + 2 k + p] (zero past lengths[i]). Tile: j = 2k + p in j0.., b in b0..
 extern "C" __global__ void gridcomm_legendre_gather(
     const double2* __restrict__ a, long long ncoef, int batch, const long long* __restrict__ offsets,
@@ -85,17 +97,16 @@ extern "C" __global__ void gridcomm_legendre_unfold(
         }
     }
     __syncthreads();
-    const int r = r0 + threadIdx.x, mirror = 2 * n - 1 - r;
+    const int r = r0 + threadIdx.x;
     if (r >= n) return;  // no __syncthreads() follows
     // Consecutive threads hold consecutive rows: their stores stay contiguous within a block of rows.
-    const long long north_base = base[r], south_base = base[mirror];
-    const long long north_width = width[r], south_width = width[mirror];
+    const RowPair rows(base, width, r, n);
     for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along each field's rows
         const int b = b0 + y;
         if (b < batch) {
             const long long at = (long long)b * count + positions[i];
-            fourier[north_base + at * north_width] = north.v[threadIdx.x][y];
-            fourier[south_base + at * south_width] = south.v[threadIdx.x][y];
+            fourier[rows.north(at)] = north.v[threadIdx.x][y];
+            fourier[rows.south(at)] = south.v[threadIdx.x][y];
         }
     }
 }
@@ -109,16 +120,15 @@ extern "C" __global__ void gridcomm_legendre_fold(
 {
     __shared__ Tile plus, minus;
     const int i = blockIdx.z, r0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
-    const int r = r0 + threadIdx.x, mirror = 2 * n - 1 - r;
+    const int r = r0 + threadIdx.x;
     if (r < n) {  // the loads of this thread's row (threads past the last row still reach __syncthreads())
-        const long long north_base = base[r], south_base = base[mirror];
-        const long long north_width = width[r], south_width = width[mirror];
+        const RowPair rows(base, width, r, n);
         for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along each field's rows
             const int b = b0 + y;
             if (b < batch) {
                 const long long at = (long long)b * count + positions[i];
-                const double2 north = fourier[north_base + at * north_width];
-                const double2 south = fourier[south_base + at * south_width];
+                const double2 north = fourier[rows.north(at)];
+                const double2 south = fourier[rows.south(at)];
                 plus.v[y][threadIdx.x] = make_double2(north.x + south.x, north.y + south.y);
                 minus.v[y][threadIdx.x] = make_double2(north.x - south.x, north.y - south.y);
             }
