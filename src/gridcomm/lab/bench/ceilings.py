@@ -15,6 +15,7 @@ import numpy as np
 from ...comm import Communicator
 from ...gpu import nccl_communicator
 from ...packing.cuda import device_allocation
+from ...transports import REACHES
 from ..measure.timing import Timing, time_collective
 
 
@@ -264,16 +265,21 @@ def time_groups_alone(comm: Communicator, exchanger: Any, name: str, samples: in
     timings = {}
     for reach in exchanger.reaches:
         with exchanger.only(reach):
-            timings[f"{name}: {reach} alone"] = time_gpu(comm, exchanger.exchange, samples)
+            timings[alone_label(name, reach)] = time_gpu(comm, exchanger.exchange, samples)
     return timings
 
 
+def alone_label(name: str, reach: str) -> str:
+    """The label of mix ``name``'s group ``reach`` timed alone: "ipc+nccl: node alone"."""
+    return f"{name}: {reach} alone"
+
+
 def mixed_over_slower_group(timings: dict[str, Any]) -> dict[str, float]:
-    """{mix: its exchange's median over the slower of its groups' alone} for every mix timed with
-    time_groups_alone (``timings``: label -> Timing)."""
+    """{mix: its exchange's median over the slower of its groups' alone} for every mix whose groups were timed
+    alone (``timings``: label -> Timing, the groups under ``alone_label``)."""
     out = {}
     for label in timings:
-        alone = [t.median for k, t in timings.items() if k.startswith(f"{label}: ") and k.endswith(" alone")]
+        alone = [timings[k].median for r in REACHES if (k := alone_label(label, r)) in timings]
         if alone:
             out[label] = timings[label].median / max(alone)
     return out

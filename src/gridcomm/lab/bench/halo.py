@@ -31,7 +31,7 @@ from ...errors import GridcommError
 from ...exchange import HaloExchanger
 from ...transports import CmaTransport, MpiTransport, Transport, mixes
 from ..measure.timing import time_interleaved
-from .ceilings import mixed_over_slower_group
+from .ceilings import alone_label, mixed_over_slower_group
 from .peers import GhexHalo, same_bits
 
 VARIANTS: dict[str, Transport] = {
@@ -173,7 +173,7 @@ def run_case(
         first = next(iter(exchangers.values()))  # the floors move the same per-peer bytes as the exchanges
         runs = {name: exchanger.exchange for name, exchanger in exchangers.items()}
         alone = {  # a mix's groups each alone (exchanger.only), beside the mix that runs them together
-            f"{name}: {reach} alone": functools.partial(_group_alone, exchanger, reach)
+            alone_label(name, reach): functools.partial(_group_alone, exchanger, reach)
             for name, exchanger in exchangers.items()
             if len(exchanger.reaches) > 1
             for reach in exchanger.reaches
