@@ -223,3 +223,49 @@ def test_dropping_an_unclosed_exchanger_warns(decompose):
             closed.exchange()
         del closed
         gc.collect()
+
+
+class _ScriptedEvent:
+    """A CUDA event whose ``done`` answers from a script, then True: a copy that lands between two checks."""
+
+    def __init__(self, *answers: bool) -> None:
+        self._answers = list(answers)
+
+    @property
+    def done(self) -> bool:
+        return self._answers.pop(0) if self._answers else True
+
+
+class _Request:
+    def __init__(self, k: int, started: list[int]) -> None:
+        self.k, self._started = k, started
+
+    def Start(self) -> None:
+        self._started.append(self.k)
+
+    def Test(self) -> bool:
+        return True
+
+
+def test_staged_sends_the_chunks_of_a_peer_in_order(monkeypatch):
+    """The chunks of a peer share a tag, so MPI matches them in the order they start. Chunk 0's copy down lands
+    just after it was checked, chunk 1's before it is: chunk 1 must still wait for chunk 0 (on 4 x H100 the
+    other order ended a halo bench in MPI_ERR_TRUNCATE)."""
+    import sys
+    import types
+
+    from gridcomm.transports.staged import _StagedChannel
+
+    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace())  # _progress imports it; no receives use it
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    started: list[int] = []
+    channel = object.__new__(_StagedChannel)
+    channel._sends = [(k, 1, 1, _Request(k, started)) for k in range(3)]
+    channel._copied = [_ScriptedEvent(False), _ScriptedEvent(), _ScriptedEvent(False, False)]
+    channel._recvs, channel._landed, channel._sent = [], [], [False] * 3
+    channel._device = types.SimpleNamespace(recv_buffer=types.SimpleNamespace(data=types.SimpleNamespace(ptr=0)))
+    channel._host = (None, types.SimpleNamespace(ctypes=types.SimpleNamespace(data=0)))
+    progress = [channel._progress() for _ in range(4)]
+    assert started == [0, 1, 2]
+    assert progress == [False, False, False, True]

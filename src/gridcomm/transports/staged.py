@@ -108,11 +108,16 @@ class _StagedChannel(Channel):
         from cupy.cuda import runtime
 
         for k, (*_, request) in enumerate(self._sends):
-            # The copies down land in stream order, so the chunks of a peer (one tag, matched in order) start in
-            # order too.
-            if not self._sent[k] and self._copied[k].done:
-                request.Start()
-                self._sent[k] = True
+            # The chunks of a peer share one tag, so MPI matches them in the order they start: start them in order,
+            # stopping at the first whose copy down has not landed. (Checking on past it started a later chunk
+            # whose copy landed between the two checks before an earlier one: chunks swapped at the receiver, or
+            # MPI_ERR_TRUNCATE where a full chunk met the shorter last one's receive.)
+            if self._sent[k]:
+                continue
+            if not self._copied[k].done:
+                break
+            request.Start()
+            self._sent[k] = True
         device, host = self._device.recv_buffer.data.ptr, self._host[1].ctypes.data
         for k, (start, n, _, request) in enumerate(self._recvs):
             if not self._landed[k] and request.Test():
