@@ -282,7 +282,7 @@ def test_bench_halo_on_declared_nodes_times_the_gpu_mixes(tmp_path):
     import subprocess
     import sys
 
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "OMPI_", "GRIDCOMM_"))}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
     environ.update(GRIDCOMM_RANKS_PER_NODE="1", GRIDCOMM_TIMEOUT="120")
     for extra, name in (((), "halo-gpu-2r-*.json"), (("--mixed",), "halo-mixed-gpu-2r-*.json")):
         command = ["bench", "halo", "--gpu", "--np", "2", "--sizes", "16", "--samples", "3", *extra]
@@ -306,7 +306,7 @@ def test_bench_p2p_times_the_staged_legs_beside_staged(tmp_path):
     import subprocess
     import sys
 
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "OMPI_", "GRIDCOMM_"))}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "GRIDCOMM_"))}
     command = ["bench", "p2p", "--np", "2", "--largest", "65536", "--samples", "3", "--out", str(tmp_path)]
     proc = subprocess.run(
         [sys.executable, "-m", "gridcomm", *command], capture_output=True, text=True, env=environ, timeout=600

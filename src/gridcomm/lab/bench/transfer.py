@@ -25,11 +25,11 @@ from ...transpose import Transposer
 from .ceilings import (
     HostSendRecv,
     PeerBuffers,
+    PinnedCopy,
     mixed_over_slower_group,
     nccl_sendrecv,
     nvlink_nominal_gbps,
     peer_copy,
-    pinned_copy,
     sync,
     time_exchanger,
     time_gpu,
@@ -115,7 +115,7 @@ def run_transfer(
         sent = nbytes * len(peers)
         staged = [k for k in timings if _transport_of(k) == "staged"]
         if staged:
-            legs = (pinned_copy(sent, down=True), pinned_copy(sent, down=False), HostSendRecv(comm, nbytes, peers))
+            legs = (PinnedCopy(sent, down=True), PinnedCopy(sent, down=False), HostSendRecv(comm, nbytes, peers))
             timings.update({name: time_gpu(comm, leg, samples) for name, leg in zip(STAGED_LEGS, legs, strict=True)})
         ceiling = min(timings["peer copy kernel"].median, timings["peer copy engine"].median)
         # gridcomm's fastest way that is not NCCL, against NCCL's fastest (its own calls, or gridcomm's nccl).
