@@ -302,6 +302,22 @@ def test_mpi_transport_options_are_checked():
         MpiTransport(packing="zip")
 
 
+def test_transport_labels_configure_transports():
+    from gridcomm.transports import IpcTransport, by_label
+
+    assert by_label("nccl") == "nccl" and by_label("auto") == "auto"
+    assert by_label("ipc/copy-engine") == IpcTransport(method="copy-engine")
+    assert by_label("ipc/blocks=32") == IpcTransport(blocks=32)
+    assert by_label("ipc/method=copy-engine/blocks=4") == IpcTransport(method="copy-engine", blocks=4)
+    assert by_label("mpi/method=neighbor") == MpiTransport(method="neighbor")
+    with pytest.raises(TransportError, match=r"'speed=3' is not an option of ipc.*\['blocks', 'method'\]"):
+        by_label("ipc/speed=3")
+    with pytest.raises(TransportError, match="'pigeon' is unknown"):
+        by_label("pigeon/blocks=3")
+    with pytest.raises(ValueError, match="at least 1"):
+        by_label("ipc/blocks=0")
+
+
 def test_timeouts_from_environment(monkeypatch):
     monkeypatch.setenv("GRIDCOMM_TIMEOUT", "2.5")
     assert gridcomm.comm.default_timeout() == 2.5

@@ -84,8 +84,24 @@ def kind(name: str) -> type[Transport]:
 
 def by_label(label: str) -> str | Transport:
     """What a constructor takes for ``label``: a transport's name or ``"auto"`` as it is, a label of LABELLED as
-    its configured Transport (e.g. ``"ipc/copy-engine"``)."""
-    return LABELLED.get(label, label)
+    its configured Transport (e.g. ``"ipc/copy-engine"``), and ``"NAME/OPTION=VALUE[/OPTION=VALUE...]"`` as that
+    transport configured so (e.g. ``"ipc/blocks=32"``; whole numbers are read as such; no commas, which separate
+    labels on the command line). TransportError for an unknown name or option."""
+    if label in LABELLED or "/" not in label or "=" not in label:
+        return LABELLED.get(label, label)
+    name, _, options = label.partition("/")
+    cls = kind(name)
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    settings: dict[str, Any] = {}
+    for option in options.split("/"):
+        key, _, value = option.partition("=")
+        if key not in fields or not value:
+            raise TransportError(
+                f"transport label {label!r}: {option!r} is not an option of {name}; give NAME/OPTION=VALUE with "
+                f"OPTION one of {sorted(fields) or 'none'}"
+            )
+        settings[key] = int(value) if value.isdigit() else value
+    return cls(**settings)
 
 
 def available(comm: Communicator, on_device: bool) -> dict[str, str | None]:
