@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import types
 
+#: Stream priority asking for the device's highest (lower numbers are higher; CUDA clamps it to its range, -5..0
+#: on current GPUs): the communication of an overlapped step gets its blocks scheduled between those of the
+#: compute running beside it instead of after all of them.
+HIGHEST_PRIORITY = -1000
+
 
 def cupy_or_none() -> types.ModuleType | None:
     """The cupy module when it is installed (and imports), else None."""

@@ -42,11 +42,13 @@ BOX_TRANSPORTS: dict[str, Any] = {}
 if ON_GPU:
     BOX_TRANSPORTS["ipc/copy-engine"] = IpcTransport(method="copy-engine")
     # Every GPU transport of the registry that can run in this process (mpi where MPI is CUDA-aware, nvshmem where
-    # gridcomm[nvshmem] is installed), auto, and staged in messages of more than one chunk (the suites' are
-    # smaller than a default chunk): its pipelined path.
+    # gridcomm[nvshmem] is installed), auto, staged in messages of more than one chunk (the suites' are
+    # smaller than a default chunk): its pipelined path, and ipc's kernel on few blocks.
     TRANSPORTS: dict[str, Any] = {name: name for name in gridcomm.transports.runnable(on_device=True)}
     TRANSPORTS["auto"] = "auto"
     TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)
+    if "ipc" in TRANSPORTS:  # its kernel held to a few blocks, as a pipelined transform holds it
+        TRANSPORTS["ipc/3 blocks"] = IpcTransport(blocks=3)
     TRANSPORT_CHOICES: dict[str, Any] = dict(TRANSPORTS)
 else:
     TRANSPORTS = HOST_TRANSPORTS

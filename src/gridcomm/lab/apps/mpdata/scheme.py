@@ -52,15 +52,12 @@ import numpy as np
 
 from ....arguments import flag, real_number, whole_number
 from ....arrays import resolve_array_module
+from ....device import HIGHEST_PRIORITY
 from ....errors import ArgumentError
 from ....exchange import NoExchange
 from ....grids.local import LocalMesh
 from .cuda_kernels import check_levels_per_thread
 from .tables import INNER, OUTER, MeshTables
-
-#: Stream priority asking for the device's highest: an exchange's small kernels then run between the blocks of
-#: a running phase instead of after all of them (CUDA clamps it to its range).
-HIGHEST_PRIORITY = -1000
 
 
 def no_exchanger(fields: Sequence[Any]) -> NoExchange:

@@ -39,6 +39,7 @@ import numpy as np
 from ....arguments import flag, whole_number
 from ....comm import Communicator
 from ....decomp import CartesianDecomposition, choose_proc_grid
+from ....device import HIGHEST_PRIORITY
 from ....exchange import HaloExchanger, NoExchange
 from ....gpu import use_local_gpu
 from ....transports import Transport
@@ -46,10 +47,6 @@ from ....transports.gpu_waits import GpuWaitReport
 from .config import SHMEM_MODES, StencilError, check_dtype, check_halo, check_mode, check_n, check_steps, resolve_xp
 from .initial import DEFAULT_SEED, initial_block
 from .regions import INNER, STRIPS, WHOLE, split_region, update_region
-
-#: Stream priority asking for the device's highest (lower numbers are higher; CUDA clamps to its range, -5..0 on
-#: current GPUs).
-HIGHEST_PRIORITY = -1000
 
 
 def process_grid(nranks: int, n: int, halo: int) -> tuple[int, int]:
