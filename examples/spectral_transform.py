@@ -3,14 +3,15 @@ coefficients and back, with gridcomm.lab.apps.spectral.
 
     mpiexec -n 4 python examples/spectral_transform.py [--quick] [--cpu] [--grid O160]
 
-DistributedTransform shares the work as ECMWF's ectrans does: each rank owns a band of latitude rows (grid space:
-the FFTs along the rows) and a set of zonal wavenumbers m (spectral space: the Legendre sums over the rows), and a
-planned all-to-all (gridcomm.Transposer) moves the Fourier coefficients between the two halves. The fields are
-polynomials in x, y, z of degree at most T (one of them Re (x + iy)^T, the highest wavenumber), so they are exactly
-representable at truncation T and the round trip must give them back. Rank 0 also gathers the coefficients and
-compares them with a serial transform of the whole grid: the check of what moved between the ranks. Neither check
-can be bit for bit: the Legendre sums are matrix products whose blocking, hence summation order, follows the shape
-of each rank's share. Arrays are CuPy on a GPU (one rank per GPU), NumPy otherwise.
+DistributedTransform shares the work as ECMWF's ectrans does: each rank owns latitude rows (grid space: the FFTs
+along the rows; a few bands, as many rows and points on every rank) and a set of zonal wavenumbers m (spectral
+space: the Legendre sums over the rows), and a planned all-to-all (gridcomm.Transposer) moves the Fourier
+coefficients between the two halves. The fields are polynomials in x, y, z of degree at most T (one of them Re (x +
+iy)^T, the highest wavenumber), so they are exactly representable at truncation T and the round trip must give them
+back. Rank 0 also gathers the coefficients and compares them with a serial transform of the whole grid: the check of
+what moved between the ranks. Neither check can be bit for bit: the Legendre sums are matrix products whose
+blocking, hence summation order, follows the shape of each rank's share. Arrays are CuPy on a GPU (one rank per
+GPU), NumPy otherwise.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SERIAL_TOLERANCE = 1e-12
 ROUND_TRIP_TOLERANCE = 1e-11
 
 
-def fields(grid: OctahedralGrid, points: slice) -> np.ndarray:
+def fields(grid: OctahedralGrid, points: np.ndarray) -> np.ndarray:
     """Four real fields (4, points) of degree at most T = N - 1 >= 3, on the grid points ``points``."""
     x, y, z = grid.xyz[points].T
     t = grid.N - 1
@@ -49,8 +50,8 @@ def main() -> None:
     grid = OctahedralGrid(args.grid or ("O16" if args.quick else "O160"))
 
     with DistributedTransform(comm, grid, batch=4, xp=xp) as transform:
-        rows = transform.rows  # this rank's band of latitude rows: a contiguous run of grid points
-        mine = slice(int(grid.offsets[rows[0]]), int(grid.offsets[rows[-1] + 1]))
+        rows = transform.rows  # this rank's latitude rows: a few bands, as many rows and points as every other rank
+        mine = grid.points_of(rows)
         values = xp.asarray(fields(grid, mine))
         coefficients = transform.direct(values)  # grid -> spectral: this rank's wavenumbers, all degrees l
         back = transform.inverse(coefficients)  # spectral -> grid: this rank's rows again

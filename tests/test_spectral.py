@@ -13,6 +13,7 @@ from gridcomm.lab.apps.spectral import (
     coefficient_count,
     coefficient_index,
     row_bands,
+    row_shares,
     wavenumber_sets,
 )
 from gridcomm.lab.apps.spectral.fourier import folding_table, plan_folding
@@ -130,6 +131,34 @@ def test_row_bands_are_contiguous_and_balanced(nranks):
     assert max(points) - min(points) <= 2 * grid.nlon.max()
     with pytest.raises(ValueError, match="ranks"):
         row_bands(grid.nlon, 2 * grid.N + 1)
+
+
+@pytest.mark.parametrize("n, nranks", [(640, 4), (640, 8), (24, 2), (24, 3), (17, 4), (16, 8)])
+def test_row_shares_give_every_rank_as_many_rows_and_points(n, nranks):
+    """Bands balanced by points alone give O640's polar ranks 451 rows and its equatorial ones 189 on 4 ranks, and
+    each rank receives its rows' share of the transposition: row_shares evens out both."""
+    grid = OctahedralGrid(n)
+    shares = row_shares(grid.nlon, nranks)
+    assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(2 * n))
+    assert all(np.array_equal(s, np.sort(s)) for s in shares)
+    rows = [len(s) for s in shares]
+    points = [int(grid.nlon[s].sum()) for s in shares]
+    pairs = (n // 2) // nranks  # northern pairs of rows per rank, give or take one
+    assert max(rows) - min(rows) <= 4 + 2 * (n % 2), rows
+    assert max(points) - min(points) <= 2 * (grid.nlon[0] + grid.nlon[n - 1]) + 2 * (n % 2) * grid.nlon.max()
+    for s in shares:  # every row's southern mirror on the same rank
+        assert np.array_equal(np.sort(2 * n - 1 - s), s)
+    if (n // 2) % nranks == 0 and n % 2 == 0:
+        assert len(set(rows)) == 1 and len(set(points)) == 1 and rows[0] == 4 * pairs
+    bands = row_bands(grid.nlon, nranks)
+    if n == 640 and nranks == 4:
+        assert [len(b) for b in bands] == [452, 188, 189, 451] and rows == [320] * 4
+
+
+def test_row_shares_fall_back_to_bands_where_there_are_too_few_rows():
+    grid = OctahedralGrid(8)
+    for nranks in (5, 16):
+        assert all(np.array_equal(a, b) for a, b in zip(row_shares(grid.nlon, nranks), row_bands(grid.nlon, nranks)))
 
 
 @pytest.mark.parametrize("truncation", [0, 1, 15, 16, 639])
@@ -349,26 +378,28 @@ def test_empty_wavenumber_set_and_out_arrays():
         whole.legendre_inverse(a, out=np.empty((2, 16, 32)))
 
 
+@pytest.mark.parametrize("share", [row_bands, row_shares])
 @pytest.mark.parametrize("nranks, groups", [(1, 1), (2, 1), (3, 2), (4, 3)])
-def test_blocked_row_layout_gives_the_plain_layouts_numbers(nranks, groups):
+def test_blocked_row_layout_gives_the_plain_layouts_numbers(share, nranks, groups):
     """The Legendre half through a RowLayout of blocks per (group, rank), as the distributed dwarf keeps its
-    Legendre side (bands of unequal rows, one astride the equator, a row and its mirror in different blocks),
-    gives bit for bit the numbers of the plain (batch, m, 2N) array, both ways."""
+    Legendre side (bands of unequal rows, one astride the equator, a row and its mirror in different blocks; or
+    blocks of rows that are not consecutive), gives bit for bit the numbers of the plain (batch, m, 2N) array,
+    both ways."""
     from gridcomm.lab.apps.spectral.operands import RowLayout
 
     grid, t, batch = OctahedralGrid(24), 23, 3
     ms = wavenumber_sets(t, 3)[1]  # pairs m and T - m: an order that is no single run
     transform = SpectralTransform(grid, t, wavenumbers=ms)
-    bands = [np.array_split(band, groups) for band in row_bands(grid.nlon, nranks)]
-    blocks = [(int(b[g][0]), int(b[g][-1]) + 1) for g in range(groups) for b in bands]
+    shares = [np.array_split(rows, groups) for rows in share(grid.nlon, nranks)]
+    blocks = [rows[g] for g in range(groups) for rows in shares]
     layout = RowLayout.blocked(batch, len(ms), blocks)
     a = random_coefficients(t, batch, 7)[:, : transform.ncoef]
     plain = transform.legendre_inverse(a)
     flat = transform.legendre_inverse(a, layout=layout)
     assert flat.shape == (layout.size,) == (plain.size,)
-    for first, stop in blocks:
-        start, end = layout.span(first)
-        np.testing.assert_array_equal(flat[start:end].reshape(batch, len(ms), stop - first), plain[:, :, first:stop])
+    for rows in blocks:
+        start, end = layout.span(int(rows[0]))
+        np.testing.assert_array_equal(flat[start:end].reshape(batch, len(ms), len(rows)), plain[:, :, rows])
     for r in (0, grid.N - 1, grid.N, 2 * grid.N - 1):
         np.testing.assert_array_equal(
             flat[layout.base[r] + np.arange(batch * len(ms)) * layout.width[r]], plain[:, :, r].ravel()
@@ -395,7 +426,9 @@ def test_row_layouts_are_checked():
     with pytest.raises(ValueError, match="buffer of the row layout"):
         transform.legendre_direct(np.zeros((2, 2, 32), complex), layout=plain)
     with pytest.raises(ValueError, match="every row lies in one block"):
-        RowLayout.blocked(2, 2, [(0, 20), (10, 32)])
+        RowLayout.blocked(2, 2, [np.arange(20), np.arange(10, 32)])
+    with pytest.raises(ValueError, match="every row lies in one block"):
+        RowLayout.blocked(2, 2, [np.arange(20), np.array([20, 40])])
     with pytest.raises(ValueError, match="RowLayout"):
         transform.legendre_inverse(a, layout=(0, 32))
 

@@ -79,6 +79,14 @@ class OctahedralGrid:
         self.lat: np.ndarray = self.latitudes[self.row]
         self.xyz: np.ndarray = lonlat_to_xyz(self.lon, self.lat)
 
+    def points_of(self, rows: np.ndarray) -> np.ndarray:
+        """The global ids of the points of ``rows``, row after row in the order given (e.g. one rank's rows of the
+        spectral dwarf, which need not be consecutive)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return np.zeros(0, np.int64)
+        return np.concatenate([np.arange(self.offsets[r], self.offsets[r + 1]) for r in rows])
+
     def patch_order(self, ids: np.ndarray) -> np.ndarray:
         """``ids`` (global node ids) reordered so that consecutive runs of them are compact patches of the grid:
         by the Z-order (Morton) key of (row, x), x the point's place within its quarter of the row (the

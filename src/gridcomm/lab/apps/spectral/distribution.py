@@ -1,7 +1,11 @@
 """How the spectral-transform dwarf shares its work between ranks.
 
-Grid-point space is split by latitude rows: each rank owns a contiguous band of rows, bands balanced by
-their number of grid points (rows near the poles are short). Spectral space is split by zonal wavenumber m:
+Grid-point space is split by latitude rows (``row_shares``): each rank owns as many rows as the others and as
+many grid points, in a few bands of consecutive rows, one nearer the pole (short rows) and one nearer the equator
+(long rows) in each hemisphere. Contiguous bands balanced by points alone (``row_bands``) give the polar ranks
+far more rows than the equatorial ones (451 against 189 on O640 over 4 ranks), and the transposition moves every
+wavenumber of every row: those ranks then receive that much more of it. Spectral space is split by zonal
+wavenumber m:
 the Legendre work of wavenumber m is proportional to T - m + 1 (its number of degrees l), so m is paired
 with T - m (every pair costs T + 2) and the pairs are dealt to the ranks in turn, which balances the cost
 to within one pair.
@@ -40,6 +44,32 @@ def row_bands(points_per_row: np.ndarray, nranks: int) -> list[np.ndarray]:
         bounds.append(int(min(max(cut, bounds[-1] + 1), nrows - (nranks - 1 - r))))
     bounds.append(nrows)
     return [np.arange(a, b) for a, b in itertools.pairwise(bounds)]
+
+
+def row_shares(points_per_row: np.ndarray, nranks: int) -> list[np.ndarray]:
+    """Rows shared so that every rank has as many rows as the others and as many points, within one row per
+    hemisphere and band: the northern rows i and N - 1 - i paired (on the octahedral grid, whose rows grow by 4
+    points a row, every pair has as many points as any other), the pairs dealt in nranks runs of consecutive
+    pairs, each rank taking its run (a band nearer the pole and one nearer the equator), the middle row of an odd
+    N last, and the southern mirrors of its rows. Where there are fewer than 2 x nranks northern rows, or the
+    rows are not symmetric about the equator, ``row_bands``.
+
+    Args:
+        points_per_row: grid points in each row, north to south.
+        nranks: ranks to share the rows (at most the number of rows).
+
+    Returns:
+        For each rank, the row indices it owns (ascending).
+    """
+    counts = np.asarray(points_per_row, dtype=np.int64)
+    north = len(counts) // 2
+    if len(counts) % 2 or 2 * nranks > north or not np.array_equal(counts, counts[::-1]):
+        return row_bands(counts, nranks)
+    runs = np.array_split(np.arange(north // 2), nranks)
+    shares = [np.concatenate([run, north - 1 - run]) for run in runs]
+    if north % 2:  # the middle row of the hemisphere, pairless
+        shares[-1] = np.append(shares[-1], north // 2)
+    return [np.sort(np.concatenate([rows, 2 * north - 1 - rows])) for rows in shares]
 
 
 def wavenumber_sets(truncation: int, nranks: int) -> list[np.ndarray]:

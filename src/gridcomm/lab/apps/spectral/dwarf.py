@@ -1,9 +1,10 @@
 """The spectral-transform dwarf distributed over ranks: Legendre work by wavenumber, Fourier work by latitude
-band, and a transposition in between (gridcomm.Transposer), as in ECMWF's ectrans.
+rows, and a transposition in between (gridcomm.Transposer), as in ECMWF's ectrans.
 
-Each rank owns the wavenumbers ``wavenumber_sets(T, P)[rank]`` (spectral space: their coefficients, their
-Legendre products over all rows) and the rows ``row_bands(nlon, P)[rank]`` (grid-point space: their points,
-their FFTs over all wavenumbers). Between the halves the Fourier coefficients F_m(row) move:
+Each rank owns the wavenumbers ``wavenumber_sets(T, P)[rank]`` (spectral space: their coefficients, their Legendre
+products over all rows) and the rows ``row_shares(nlon, P)[rank]`` (grid-point space: their points, their FFTs over
+all wavenumbers; as many rows and points on every rank, in a few bands each). Between the halves the Fourier
+coefficients F_m(row) move:
 
 - inverse: (batch, my m, all rows) on the Legendre side -> (batch, all m, my rows) on the Fourier side, the
   m in rank order;
@@ -40,7 +41,7 @@ from ....errors import ArgumentError, DeviceError, GridcommError
 from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
-from .distribution import row_bands, wavenumber_sets
+from .distribution import row_shares, wavenumber_sets
 from .operands import RowLayout
 from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
@@ -107,7 +108,7 @@ class DistributedTransform:
         self.comm = comm = Communicator.wrap(comm)
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         t = check_truncation(truncation, grid)
-        bands = row_bands(grid.nlon, comm.size)
+        bands = row_shares(grid.nlon, comm.size)  # each rank's rows
         sets = wavenumber_sets(t, comm.size)
         m_order = np.concatenate(sets)  # the m along axis 1 of the Fourier side
         self.transform = SpectralTransform(
@@ -143,10 +144,8 @@ class DistributedTransform:
             self._fourier_sides = [self.fourier_side]
         else:
             # The Legendre side as one flat buffer of blocks, per group g and then per rank q the C-contiguous
-            # (batch, my m, q's rows of g) array that goes to q: each message is one contiguous range of it, where
-            # a box of the (batch, my m, 2N) array was runs of one band of rows (on 4 x H100, TCo639, 270 GB/s out
-            # of each rank against 356 GB/s for contiguous blocks: benchmarks/transposition_shape.py).
-            blocks = [(int(rows[0]), int(rows[-1]) + 1) for g in range(groups) for rows in self._group(g)]
+            # (batch, my m, q's rows of g) array that goes to q: each message is one contiguous range of it.
+            blocks = [rows for g in range(groups) for rows in self._group(g)]
             self.layout = RowLayout.blocked(batch, mine, blocks)
             self.legendre_side = xp.zeros(self.layout.size, dtype=np.complex128)
             # Per group, the Fourier side of its rows (batch, all m, the group's rows): an array of its own, so

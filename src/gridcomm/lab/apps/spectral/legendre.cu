@@ -3,7 +3,7 @@
 //
 // The caller's arrays keep the fields (batch) slowest: coefficients (batch, ncoef) and Fourier coefficients
 // (batch, M, 2N), complex128 (double2), the latter laid out by per-row tables (operands.RowLayout): element
-// (b, m, r) at base[r] + (b * M + m) * width[r], where width[r] is the row count of r's block of consecutive rows
+// (b, m, r) at base[r] + (b * M + m) * width[r], where width[r] is the row count of r's block of rows
 // (a C-contiguous (batch, M, width) array) and base[r] the block's start plus r's place in it. One block of all
 // 2N rows (base[r] = r, width[r] = 2N) is the plain (batch, M, 2N) array; the distributed dwarf keeps one block
 // per peer (and group of rows) so that each block travels as one contiguous message. The products want the fields fastest, as the columns of one real

@@ -11,8 +11,8 @@ and imaginary parts of a field are simply two neighbouring columns of one real m
 - ``fold``: the reverse for the quadrature, (batch, M, 2N) -> north + south and north - south per northern row.
 
 The Fourier coefficients lie in a flat buffer as a ``RowLayout`` says, by per-row tables: element (b, m, r) at
-``base[r] + (b * M + m) * width[r]``, each row in a block of consecutive rows that is a C-contiguous
-(batch, M, rows of the block) array. One block of all 2N rows is the plain (batch, M, 2N) array; the
+``base[r] + (b * M + m) * width[r]``, each row in a block of rows that is a C-contiguous (batch, M, rows of the
+block) array. One block of all 2N rows is the plain (batch, M, 2N) array; the
 distributed dwarf keeps a block per peer (and group of rows), so that each transposition message is one
 contiguous range (``dwarf.py``). A northern row and its southern mirror may lie in different blocks.
 
@@ -45,9 +45,9 @@ BLOCK = (TILE, 8)  # threads per block
 class RowLayout:
     """Where the Fourier coefficients F_m(row) of ``batch`` fields, ``count`` wavenumbers and rows 0..2N-1 lie in
     a flat complex128 buffer of ``size`` elements: element (b, m, r) at ``base[r] + (b * count + m) * width[r]``
-    [elements]. Rows lie in blocks of consecutive rows, each a C-contiguous (batch, count, rows of the block)
-    array, the blocks one after the other: ``width[r]`` is the row count of r's block and ``base[r]`` the
-    block's start plus r's place in it. ``plain``: one block, the (batch, count, 2N) array.
+    [elements]. Rows lie in blocks, each a C-contiguous (batch, count, rows of the block) array, the blocks one
+    after the other: ``width[r]`` is the row count of r's block and ``base[r]`` the block's start plus r's place
+    in it. ``plain``: one block, the (batch, count, 2N) array.
 
     ``base`` (2N,) int64 and ``width`` (2N,) int32 are host arrays; ``tables(xp)`` gives them on the device.
     """
@@ -61,24 +61,26 @@ class RowLayout:
     @classmethod
     def plain(cls, batch: int, count: int, rows: int) -> RowLayout:
         """The (batch, count, rows) C-contiguous array: base[r] = r, width[r] = rows."""
-        return cls.blocked(batch, count, [(0, rows)])
+        return cls.blocked(batch, count, [np.arange(rows)])
 
     @classmethod
-    def blocked(cls, batch: int, count: int, blocks: Sequence[tuple[int, int]]) -> RowLayout:
-        """Blocks of rows ``first..stop-1``, one after the other in the buffer in the order given; together they
-        must hold every row 0..2N-1 once (ArgumentError otherwise)."""
-        rows = sum(stop - first for first, stop in blocks)
-        base, width = np.full(rows, -1, np.int64), np.zeros(rows, np.int32)
+    def blocked(cls, batch: int, count: int, blocks: Sequence[Sequence[int] | np.ndarray]) -> RowLayout:
+        """Blocks of the rows listed (each block a (batch, count, its rows) array, its rows in the order listed),
+        one after the other in the buffer in the order given; together they must hold every row 0..2N-1 once
+        (ArgumentError otherwise)."""
+        lists = [np.asarray(rows, dtype=np.int64).reshape(-1) for rows in blocks]
+        total = sum(len(rows) for rows in lists)
+        base, width = np.full(total, -1, np.int64), np.zeros(total, np.int32)
         start = 0
-        for first, stop in blocks:
-            if not 0 <= first <= stop <= rows or np.any(base[first:stop] >= 0):
+        for rows in lists:
+            if np.any((rows < 0) | (rows >= total)) or np.any(base[rows[(rows >= 0) & (rows < total)]] >= 0):
                 raise ArgumentError(
-                    f"row blocks {list(blocks)}: each block is a range first..stop-1 of the rows 0..{rows - 1}, "
-                    "and every row lies in one block"
+                    f"row blocks of {[len(r) for r in lists]} rows: each lists rows of 0..{total - 1}, and every "
+                    "row lies in one block once"
                 )
-            base[first:stop] = start + np.arange(stop - first)
-            width[first:stop] = stop - first
-            start += batch * count * (stop - first)
+            base[rows] = start + np.arange(len(rows))
+            width[rows] = len(rows)
+            start += batch * count * len(rows)
         return cls(batch, count, base, width)
 
     @property
@@ -92,7 +94,7 @@ class RowLayout:
         return self.batch * self.count * self.rows
 
     def span(self, first: int) -> tuple[int, int]:
-        """(start, stop) in the buffer [elements] of the block whose first row is ``first``."""
+        """(start, stop) in the buffer [elements] of the block whose first row (as listed) is ``first``."""
         start = int(self.base[first])
         return start, start + self.batch * self.count * int(self.width[first])
 
