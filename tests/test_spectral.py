@@ -158,7 +158,8 @@ def test_row_shares_give_every_rank_as_many_rows_and_points(n, nranks):
 def test_row_shares_fall_back_to_bands_where_there_are_too_few_rows():
     grid = OctahedralGrid(8)
     for nranks in (5, 16):
-        assert all(np.array_equal(a, b) for a, b in zip(row_shares(grid.nlon, nranks), row_bands(grid.nlon, nranks)))
+        shares, bands = row_shares(grid.nlon, nranks), row_bands(grid.nlon, nranks)
+        assert all(np.array_equal(a, b) for a, b in zip(shares, bands, strict=True))
 
 
 @pytest.mark.parametrize("truncation", [0, 1, 15, 16, 639])
