@@ -12,7 +12,9 @@ is what limits the transposition (docs/scaling.md, "Against what was measured": 
         [--fields 3] [--transport ipc] [--cpu]
 
 Writes DIR/transposition-shape-{gpu,cpu}-<ranks>r-<time>.json and prints, per way, the time per transposition
-and the bytes out of each rank per second. ``--cpu``: host arrays (a check of the script; mpi or cma).
+and the bytes per second out of the rank that sends most and into the rank that receives most (the dwarf's rows
+were shared by points alone until 2026-11-26, so its polar ranks received 2.4 times what others did).
+``--cpu``: host arrays (a check of the script; mpi or cma).
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def main() -> None:
             rows = [_time(comm, name, t, args.samples, time_gpu) for name, t in ways.items()]
     if comm.rank == 0:
         for r in rows:
-            print(f"{r['way']:>18}: {r['median_s'] * 1e3:8.3f} ms, {r['GBps']:7.1f} GB/s out of each rank")
+            print(
+                f"{r['way']:>18}: {r['median_s'] * 1e3:8.3f} ms, {r['GBps']:7.1f} GB/s out of the busiest sender, "
+                f"{r['GBps_in']:7.1f} into the busiest receiver"
+            )
         config = {**vars(args), "out": str(args.out), "batch": batch, "bytes_sent_per_rank": sent}
         machine = machine_info(comm.size, gpus_used=comm.size if gpu else 0)
         path = write_results(args.out, "transposition-shape", machine, config, rows)
@@ -92,8 +97,9 @@ def _time(comm: Communicator, way: str, transposer: Any, samples: int, time_gpu:
         timing = time_gpu(comm, lambda: graph.launch(stream), samples)
     else:
         timing = time_gpu(comm, transposer.exchange, samples)
-    sent = comm.mpi.allreduce(transposer.bytes_per_exchange[0], op=_max())
-    return {"way": way, "bytes_sent": sent, "median_s": timing.median, "GBps": sent / timing.median / 1e9,
+    sent, received = (comm.mpi.allreduce(n, op=_max()) for n in transposer.bytes_per_exchange)
+    return {"way": way, "bytes_sent": sent, "bytes_received": received, "median_s": timing.median,
+            "GBps": sent / timing.median / 1e9, "GBps_in": received / timing.median / 1e9,
             "timing": timing.as_dict()}  # fmt: skip
 
 
