@@ -657,7 +657,7 @@ def bench_spectral(
         str,
         typer.Option(
             help="Transposition transports, comma-separated (auto, names or labels: e.g. staged,nccl,ipc,"
-            "ipc/copy-engine)."
+            "ipc/copy-engine, ipc/blocks=64)."
         ),
     ] = "auto",
     pipeline: Annotated[
