@@ -430,6 +430,8 @@ def test_row_layouts_are_checked():
         RowLayout.blocked(2, 2, [np.arange(20), np.arange(10, 32)])
     with pytest.raises(ValueError, match="every row lies in one block"):
         RowLayout.blocked(2, 2, [np.arange(20), np.array([20, 40])])
+    with pytest.raises(ValueError, match="every row lies in one block"):
+        RowLayout.blocked(2, 2, [np.arange(20), np.array([20, 20])])
     with pytest.raises(ValueError, match="RowLayout"):
         transform.legendre_inverse(a, layout=(0, 32))
 

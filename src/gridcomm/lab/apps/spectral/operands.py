@@ -73,7 +73,8 @@ class RowLayout:
         base, width = np.full(total, -1, np.int64), np.zeros(total, np.int32)
         start = 0
         for rows in lists:
-            if np.any((rows < 0) | (rows >= total)) or np.any(base[rows[(rows >= 0) & (rows < total)]] >= 0):
+            outside = np.any((rows < 0) | (rows >= total))  # checked first: base[rows] needs rows in range
+            if outside or np.any(base[rows] >= 0) or len(np.unique(rows)) < len(rows):
                 raise ArgumentError(
                     f"row blocks of {[len(r) for r in lists]} rows: each lists rows of 0..{total - 1}, and every "
                     "row lies in one block once"
