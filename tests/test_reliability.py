@@ -269,3 +269,35 @@ def test_staged_sends_the_chunks_of_a_peer_in_order(monkeypatch):
     progress = [channel._progress() for _ in range(4)]
     assert started == [0, 1, 2]
     assert progress == [False, False, False, True]
+
+
+def test_gpu_side_waits_are_stream_ordered():
+    """ipc's and nvshmem's wait() on the host neither blocks nor enqueues: it raises for an exchange whose wait
+    gave up on the GPU before it was called (the report names that exchange), once, and marks it abandoned."""
+    from gridcomm.errors import GridcommTimeout
+    from gridcomm.transports.gpu_waits import GpuWaitChannel
+
+    class Report:  # GpuWaitReport's check, without its pinned memory
+        error: str | None = None
+
+        def check(self, operation: object) -> None:
+            if self.error:
+                error, self.error = self.error, None
+                raise GridcommTimeout(f"{operation}: {error}", 0, [1], 1.0)
+
+    class Channel(GpuWaitChannel):
+        def start(self, stream=None):
+            pass
+
+        def close(self):
+            pass
+
+    channel = Channel()
+    channel._waits = Report()
+    channel.wait(1.0, "halo exchange #1", stream=object())  # nothing gave up: returns at once, no stream work
+    assert not channel.abandoned
+    channel._waits.error = "the GPU waited for the peer's halos in exchange 1"
+    with pytest.raises(GridcommTimeout, match=r"halo exchange #2: .* in exchange 1"):
+        channel.wait(1.0, "halo exchange #2", stream=object())
+    assert channel.abandoned
+    channel.wait(1.0, "halo exchange #3", stream=object())  # reported once

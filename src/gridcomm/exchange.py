@@ -125,14 +125,16 @@ class ExchangeHandle:
         self.replayed = False  # the exchange in flight is a launch of the exchanger's own graph
 
     def wait(self) -> None:
-        """Block until this exchange is complete; raise GridcommTimeout if a peer stays silent.
+        """Complete this exchange: block until it is (GPU-side waits: until later work on its stream follows
+        it); raise GridcommTimeout if a peer stays silent.
 
         After a timeout the exchange is still in flight and ``wait()`` may be called again: with host-side
         waits (mpi, staged, cma) that completes it once the peer answers. ``nccl`` aborts its communicator
         (NCCL's kernels would spin forever): the exchanger then raises on every use; make a new one. GPU-side
-        waits (ipc, nvshmem) give up on the GPU: that exchange is over with its halos undefined (the next
-        ``wait()`` returns, and the next exchange may start at once), the peers are told, and the next exchange
-        is right once the silent peer has caught up.
+        waits (ipc, nvshmem) are stream-ordered: ``wait()`` returns at once (later work on the stream follows
+        the exchange), and an exchange whose wait gave up on the GPU is reported by the first ``wait()``,
+        ``check()`` or ``close()`` after that; it is over with its halos undefined, the peers are told, and the
+        next exchange is right once the silent peer has caught up.
         """
         if not self.done:
             self._exchanger._complete(self.stream)
@@ -725,13 +727,14 @@ class BoundExchange:
         return captured
 
     def check(self) -> None:
-        """Raise GridcommTimeout if a GPU-side wait of a replayed graph gave up (ipc); call it after the
-        stream that replays the graph has been synchronised. Exchanges run with ``wait()`` check themselves."""
+        """Raise GridcommTimeout if a GPU-side wait gave up (ipc, nvshmem) in an exchange not yet reported: one
+        of a replayed graph, or one whose ``wait()`` had returned before its wait gave up (those waits are
+        stream-ordered). Call it after synchronising the stream to cover every exchange enqueued on it."""
         if self._closed:
             raise GridcommError(f"this {type(self).__name__} is closed; make a new one")
         try:
             for group in self._groups:
-                group.channel.check(f"{self._what} (exchanger tag {self.tag}, replayed graph)")
+                group.channel.check(f"{self._what} (exchanger tag {self.tag}, check())")
         except GridcommTimeout as error:
             self._give_up(error)
 
@@ -750,6 +753,9 @@ class BoundExchange:
             return
         if not self._handle.done and not self._abandoned:
             raise GridcommError("close() while an exchange is in flight; wait() for it first")
+        # GPU-side waits report a silent peer at the next call, and there is none after this one: once every
+        # exchange enqueued is over, one that gave up is raised (or aborts the job) after the rest is freed.
+        missed = self._gave_up_on_gpu() if self.on_device and self._groups else None
         for graph in self._graphs:
             graph.close()
         for group in self._groups:
@@ -762,6 +768,18 @@ class BoundExchange:
         self._local_copies, self._own_copier = [], None
         self._handle.stream = None  # the caller's stream: not ours to keep alive
         self._closed = True
+        if missed is not None:
+            self._give_up(missed)
+
+    def _gave_up_on_gpu(self) -> GridcommTimeout | None:
+        """After the device has finished what was enqueued: the timeout of a GPU-side wait not yet reported."""
+        self.xp.cuda.Device().synchronize()
+        try:
+            for group in self._groups:
+                group.channel.check(f"{self._what} (exchanger tag {self.tag}, before close())")
+        except GridcommTimeout as error:
+            return error
+        return None
 
     def __enter__(self) -> Self:
         return self

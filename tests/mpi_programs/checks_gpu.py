@@ -10,7 +10,7 @@ import time
 
 import cupy
 import numpy as np
-from checks_timeout import TIMEOUT_S, await_release, release, wait_expecting_timeout
+from checks_timeout import TIMEOUT_S, await_release, describe_timeout, release
 from harness import (
     assert_everywhere,
     cell_bytes,
@@ -107,23 +107,37 @@ def _released(graph, when: str) -> list[str]:
 
 @ranks(only=[2])
 def check_gpu_side_waits_time_out_then_recover(comm):
-    """ipc and nvshmem (whose waits run on the GPU): rank 1 stays out; rank 0's GPU-side wait gives up after the
-    timeout and wait() raises GridcommTimeout naming rank 0, peer 1 and the exchange. That exchange is abandoned:
-    a second wait() returns, and rank 1, arriving late, is told that rank 0 gave up on it instead of going on
-    with halos never written. The next exchange is right on both ranks."""
+    """ipc and nvshmem (whose waits run on the GPU, and whose wait() is stream-ordered): rank 1 stays out;
+    rank 0's wait() returns at once, its GPU-side wait gives up after the timeout, and the next check() raises
+    GridcommTimeout naming rank 0, peer 1 and the exchange; a second check() does not. That exchange is
+    abandoned: rank 1, arriving late, is told that rank 0 gave up on it instead of going on with halos never
+    written. The next exchange is right on both ranks."""
     problems = []
     for transport in GPU_WAIT_TRANSPORTS:
         d, g, f = _setup(comm)
         ex = HaloExchanger(d, f, transport, timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
         if comm.Get_rank() == 0:
-            handle = ex.start()
-            problems += wait_expecting_timeout(handle, transport)
-            handle.wait()
+            start = time.perf_counter()
+            ex.start().wait()
+            if time.perf_counter() - start > TIMEOUT_S / 2:
+                problems.append(f"{transport}: wait() blocked for {time.perf_counter() - start:.2f} s")
+            cupy.cuda.Device().synchronize()  # the GPU-side wait has given up by now
+            try:
+                ex.check()
+                problems.append(f"{transport}: check() did not report the GPU-side wait that gave up")
+            except Exception as exc:
+                problems += [f"{transport}: {p}" for p in describe_timeout(exc, time.perf_counter() - start)]
+            try:
+                ex.check()
+            except Exception as exc:
+                problems.append(f"{transport}: a second check() raised {exc!r}")
             release(comm)
         else:
             await_release(comm)
             try:
-                ex.exchange()  # the exchange rank 0 abandoned
+                ex.exchange()  # the exchange rank 0 abandoned: told by the GPU, reported by the next check()
+                cupy.cuda.Device().synchronize()
+                ex.check()
                 problems.append(f"{transport}: rank 1 was not told that rank 0 gave up on the exchange")
             except GridcommTimeout as exc:
                 if exc.peers != (0,) or "gave up" not in str(exc):

@@ -2,7 +2,8 @@
 
 A kernel that waits for a peer spins with a time limit read from %globaltimer; when the limit passes it writes
 [1, peer, exchange, step] into host-mapped memory and skips its copy. ``GpuWaitReport`` holds that memory and the
-limit for one channel, and turns a report into a GridcommTimeout on the host, without synchronising.
+limit for one channel, and turns a report into a GridcommTimeout on the host, without synchronising: the
+channels' waits on the host are stream-ordered (GpuWaitChannel).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import GridcommTimeout
-from ..waiting import wait_on_stream
 from .base import Channel
 
 WAIT_CLEAR, WAIT_DATA, PEER_GAVE_UP = 1, 2, 3  # as in gpu_waits.cuh
@@ -39,7 +39,6 @@ class GpuWaitReport:
         self.error = np.frombuffer(self._memory, dtype=np.int64, count=4)
         self.error[:] = 0
         self.limit_ns = np.uint64(0)
-        self._arrived = cupy.cuda.Event(block=False, disable_timing=True)
 
     @property
     def address(self) -> np.uint64:
@@ -62,15 +61,6 @@ class GpuWaitReport:
                 float(self.limit_ns) / 1e9,
             )
 
-    def wait(self, timeout: float, operation: object, stream: Any) -> None:
-        """Wait on the host until ``stream`` has passed the exchange (GridcommTimeout if the GPU never does)."""
-
-        def gpu_stuck(elapsed: float) -> GridcommTimeout:
-            # The GPU-side waits give up after `timeout` each; a GPU still busy long after is stuck elsewhere.
-            return GridcommTimeout(f"{operation} ({self._transport}: the GPU never finished)", self._rank, [], elapsed)
-
-        wait_on_stream(stream, self._arrived, 2 * timeout + 5.0, gpu_stuck)
-
 
 class GpuWaitChannel(Channel):
     """A channel whose kernels wait for the peers themselves (``self._waits``, a GpuWaitReport).
@@ -78,6 +68,12 @@ class GpuWaitChannel(Channel):
     When such a wait gives up, the GPU has finished the exchange without the silent peer's data: the exchange
     is abandoned (its halos are undefined), and the next one may start at once; the peers are told by the
     kernels, and the next exchange is right once the silent peer has caught up.
+
+    ``wait()`` is stream-ordered: the kernels already make later work on the stream follow the exchange, so it
+    neither enqueues anything nor blocks the host (a host wait for the GPU cost 16.9 of the 22.1 µs of a replayed
+    exchange on 4 x H100). It raises for an exchange whose GPU-side wait gave up before it was called (the report
+    names that exchange): a silent peer is reported at the first ``wait()``, ``check()`` or ``close()`` after the
+    GPU gave up, not necessarily at that exchange's own ``wait()``.
     """
 
     _waits: GpuWaitReport
@@ -94,5 +90,4 @@ class GpuWaitChannel(Channel):
             raise
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
-        self._waits.wait(timeout, operation, stream)
         self.check(operation)
