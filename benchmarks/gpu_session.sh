@@ -199,7 +199,7 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage run-mpdata 200 $py -m gridcomm run mpdata --grid O96 --alpha 0.785 --levels 4 --gpu --graphs \
           --transport auto --np "$ngpu" --plot "$dir/results/mpdata-run-gpu.png"
         ;;
-      tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ;;
+      tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ${TUNE_FFT:-} ;;  # TUNE_FFT: e.g. --per-length --batches 412
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;
       tune-pipeline) stage tune-pipeline 300 $py benchmarks/tune_pipeline.py --out "$dir/results" ${TUNE_PIPELINE:-} ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;

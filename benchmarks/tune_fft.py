@@ -2,7 +2,7 @@
 FFTs on 1, 2, 4 and 8 CUDA streams, beside cuFFT alone over the same rows, each timed as CUDA graph replays
 on one GPU, with the share of the HBM copy bandwidth that the phase's fewest bytes make.
 
-    python3 benchmarks/tune_fft.py --out DIR [--grid O640] [--batches 31,412]
+    python3 benchmarks/tune_fft.py --out DIR [--grid O640] [--batches 31,412] [--per-length]
 
 Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row + pick):
 
@@ -10,6 +10,10 @@ Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row
 - ``fold alone`` (in each of FOLD_SHAPES), ``pick alone``: the transform's two launches besides cuFFT;
 - ``cufft alone``: one batched cuFFT plan per row length over both rows of that length, from and to
   contiguous scratch, one stream: what the library's FFT calls alone cost.
+
+With ``--per-length``: instead, each row length alone (both rows of the length in one call, batch 2 x fields),
+by cuFFT and by a DFT as one matrix product (cuBLAS, (2 batch, n) x (n, n + 2) and back), with the length's
+largest prime factor: which lengths bound the phase, and where a matrix product would beat cuFFT.
 
 Writes DIR/tune-fft-gpu-1r-<time>.json and prints one line per variant and batch. GPU_FFT_STREAMS in
 apps/spectral/fourier.py comes from this run.
@@ -103,6 +107,106 @@ def cufft_alone(grid: OctahedralGrid, batch: int) -> dict[str, Any]:
     return {"inverse": inverse, "direct": direct}
 
 
+def largest_prime_factor(n: int) -> int:
+    """The largest prime dividing ``n`` (n >= 2)."""
+    largest, p = 1, 2
+    while p * p <= n:
+        while n % p == 0:
+            largest, n = p, n // p
+        p += 1
+    return max(largest, n)
+
+
+def dft_matrices(n: int) -> tuple[Any, Any]:
+    """(direct, inverse) real matrices of the length-n DFT: points (n) -> interleaved (re, im) bins (n // 2 + 1)
+    and back, unnormalised like cuFFT (the inverse counts each bin but 0 and n / 2 twice, as C2R does)."""
+    import cupy
+
+    bins = n // 2 + 1
+    angle = 2 * np.pi * (cupy.arange(n)[:, None] * cupy.arange(bins)[None, :] % n) / n  # (n, bins)
+    direct = cupy.empty((n, 2 * bins))
+    direct[:, 0::2], direct[:, 1::2] = cupy.cos(angle), -cupy.sin(angle)
+    weight = cupy.full(bins, 2.0)
+    weight[0] = 1.0
+    if n % 2 == 0:
+        weight[-1] = 1.0
+    inverse = cupy.empty((2 * bins, n))
+    inverse[0::2], inverse[1::2] = (weight[:, None] * cupy.cos(angle.T)), -(weight[:, None] * cupy.sin(angle.T))
+    return direct, inverse
+
+
+def per_length(grid: OctahedralGrid, batch: int) -> list[dict[str, Any]]:
+    """One row per row length of ``grid`` (``time_length``), then their sums printed."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    rows = [time_length(n, batch, stream) for n in np.unique(grid.nlon).tolist()]
+    summarise_lengths(rows)
+    return rows
+
+
+def time_length(n: int, batch: int, stream: Any) -> dict[str, Any]:
+    """Seconds of cuFFT and of the DFT as a matrix product, each direction, for both rows of length ``n``
+    together (batch 2 x ``batch``), as CUDA graph replays on ``stream``."""
+    import cupy
+    from cupy.cuda import cufft
+
+    bins, fields = n // 2 + 1, 2 * batch
+    points, half = cupy.random.random((fields, n)), cupy.zeros((fields, bins), np.complex128)
+    back = cupy.empty((fields, n))
+    direct_plan = cufft.PlanNd([n], [n], 1, n, [bins], 1, bins, cufft.CUFFT_D2Z, fields, "C", -1, None)
+    inverse_plan = cufft.PlanNd([n], [bins], 1, bins, [n], 1, n, cufft.CUFFT_Z2D, fields, "C", -1, None)
+    direct_matrix, inverse_matrix = dft_matrices(n)
+    halves = half.view(np.float64)  # (fields, 2 bins)
+    work = {
+        "cufft_direct": lambda: direct_plan.fft(points, half, cufft.CUFFT_FORWARD),
+        "cufft_inverse": lambda: inverse_plan.fft(half, back, cufft.CUFFT_INVERSE),
+        "gemm_direct": lambda: cupy.matmul(points, direct_matrix, out=halves),
+        "gemm_inverse": lambda: cupy.matmul(halves, inverse_matrix, out=back),
+    }
+    row: dict[str, Any] = {"length": n, "batch": batch, "largest_prime_factor": largest_prime_factor(n)}
+    for name, run in work.items():
+        try:
+            row[name] = graph_seconds(run, stream)
+        except Exception as error:  # reported, the other variants still run
+            row[name] = None
+            row[f"{name}_error"] = f"{type(error).__name__}: {error}"
+    return row
+
+
+def summarise_lengths(rows: list[dict[str, Any]]) -> None:
+    """Print the per-length times summed by the lengths' largest prime factor and by length."""
+
+    def total(chosen: list[dict[str, Any]], key: str) -> float:
+        return sum(r[key] or 0.0 for r in chosen) * 1e3
+
+    def best(chosen: list[dict[str, Any]], direction: str) -> float:
+        times = [min(t for t in (r[f"cufft_{direction}"], r[f"gemm_{direction}"]) if t is not None) for r in chosen]
+        return sum(times) * 1e3
+
+    groups = {
+        "largest prime <= 7": [r for r in rows if r["largest_prime_factor"] <= 7],
+        "largest prime 11-127": [r for r in rows if 7 < r["largest_prime_factor"] <= 127],
+        "largest prime > 127": [r for r in rows if r["largest_prime_factor"] > 127],
+        "length < 256": [r for r in rows if r["length"] < 256],
+        "length 256-1023": [r for r in rows if 256 <= r["length"] < 1024],
+        "length >= 1024": [r for r in rows if r["length"] >= 1024],
+        "every length": rows,
+    }
+    print(f"{'lengths':24s} {'count':>5s}  cuFFT dir/inv (ms)  GEMM dir/inv (ms)  best of both dir/inv (ms)")
+    for name, chosen in groups.items():
+        print(
+            f"{name:24s} {len(chosen):5d}  {total(chosen, 'cufft_direct'):8.2f} {total(chosen, 'cufft_inverse'):8.2f}"
+            f"  {total(chosen, 'gemm_direct'):8.2f} {total(chosen, 'gemm_inverse'):8.2f}"
+            f"  {best(chosen, 'direct'):8.2f} {best(chosen, 'inverse'):8.2f}",
+            flush=True,
+        )
+    crossover = [
+        r["length"] for r in rows if r["gemm_direct"] and r["cufft_direct"] and r["gemm_direct"] < r["cufft_direct"]
+    ]
+    print(f"lengths where the matrix product beats cuFFT (direct): {len(crossover)}, up to {max(crossover, default=0)}")
+
+
 def measure(grid: OctahedralGrid, batch: int, hbm: float) -> list[dict[str, Any]]:
     """One row per variant for ``batch`` fields on ``grid``."""
     import cupy
@@ -152,9 +256,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--grid", default="O640")
     parser.add_argument("--batches", default="31,412")
+    parser.add_argument("--per-length", action="store_true", help="each row length alone: cuFFT and a matrix DFT")
     args = parser.parse_args()
     comm = Communicator()
     grid = OctahedralGrid(args.grid)
+    if args.per_length:
+        rows = [row for batch in args.batches.split(",") for row in per_length(grid, int(batch))]
+        config = {"grid": args.grid, "batches": args.batches, "per_length": True}
+        print(f"wrote {write_results(args.out, 'tune-fft', machine_info(1, gpus_used=1), config, rows)}")
+        return 0
     hbm = hbm_copy_gbps(comm)
     rows = [row for batch in args.batches.split(",") for row in measure(grid, int(batch), hbm)]
     config = {"grid": args.grid, "batches": args.batches, "hbm_copy_GBps": hbm}
