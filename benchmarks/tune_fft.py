@@ -12,8 +12,9 @@ Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row
   contiguous scratch, one stream: what the library's FFT calls alone cost.
 
 With ``--per-length``: instead, each row length alone (both rows of the length in one call, batch 2 x fields),
-by cuFFT and by a DFT as one matrix product (cuBLAS, (2 batch, n) x (n, n + 2) and back), with the length's
-largest prime factor: which lengths bound the phase, and where a matrix product would beat cuFFT.
+by cuFFT (graph replays) and by a DFT as one matrix product (cuBLAS, (2 batch, n) x (n, n + 2) and back; calls
+enqueued from Python, which CuPy cannot capture), with the length's largest prime factor: which lengths bound
+the phase, and where a matrix product would beat cuFFT.
 
 Writes DIR/tune-fft-gpu-1r-<time>.json and prints one line per variant and batch. GPU_FFT_STREAMS in
 apps/spectral/fourier.py comes from this run.
@@ -25,7 +26,7 @@ import argparse
 import contextlib
 import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,10 @@ def graph_seconds(work: Any, stream: Any, replays: int = 5) -> float:
         work()
         stream.synchronize()
         stream.begin_capture()
-        work()
-        graph = stream.end_capture()
+        try:
+            work()
+        finally:  # a failing work must not leave the stream capturing (every later CUDA call would fail)
+            graph = stream.end_capture()
         graph.launch(stream)
         stream.synchronize()
         times = []
@@ -76,6 +79,26 @@ def graph_seconds(work: Any, stream: Any, replays: int = 5) -> float:
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record(stream)
             graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(times))
+
+
+def stream_seconds(work: Any, stream: Any, replays: int = 5) -> float:
+    """Median seconds per call of ``work()`` enqueued on ``stream`` from Python (one run first): for work that
+    cannot be captured in a graph (CuPy refuses cuBLAS calls during a capture); includes the launch's host time
+    where that exceeds the GPU's."""
+    import cupy
+
+    with stream:
+        work()
+        stream.synchronize()
+        times = []
+        for _ in range(replays):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            work()
             stop.record(stream)
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
@@ -135,6 +158,21 @@ def dft_matrices(n: int) -> tuple[Any, Any]:
     return direct, inverse
 
 
+def row_major_gemm(a: Any, b: Any, c: Any) -> None:
+    """c = a @ b for C-contiguous float64 CuPy matrices, one cuBLAS call on the current stream (capturable:
+    no temporaries, unlike cupy.matmul): in column-major terms c^T = b^T a^T."""
+    import cupy
+    from cupy.cuda import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    (m, k), n = a.shape, b.shape[1]
+    one, zero = np.ones(1), np.zeros(1)
+    cublas.dgemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, one.ctypes.data, b.data.ptr, n,
+                 a.data.ptr, k, zero.ctypes.data, c.data.ptr, n)  # fmt: skip
+
+
 def per_length(grid: OctahedralGrid, batch: int) -> list[dict[str, Any]]:
     """One row per row length of ``grid`` (``time_length``), then their sums printed."""
     import cupy
@@ -153,24 +191,36 @@ def time_length(n: int, batch: int, stream: Any) -> dict[str, Any]:
 
     bins, fields = n // 2 + 1, 2 * batch
     points, half = cupy.random.random((fields, n)), cupy.zeros((fields, bins), np.complex128)
-    back = cupy.empty((fields, n))
-    direct_plan = cufft.PlanNd([n], [n], 1, n, [bins], 1, bins, cufft.CUFFT_D2Z, fields, "C", -1, None)
-    inverse_plan = cufft.PlanNd([n], [bins], 1, bins, [n], 1, n, cufft.CUFFT_Z2D, fields, "C", -1, None)
-    direct_matrix, inverse_matrix = dft_matrices(n)
-    halves = half.view(np.float64)  # (fields, 2 bins)
-    work = {
-        "cufft_direct": lambda: direct_plan.fft(points, half, cufft.CUFFT_FORWARD),
-        "cufft_inverse": lambda: inverse_plan.fft(half, back, cufft.CUFFT_INVERSE),
-        "gemm_direct": lambda: cupy.matmul(points, direct_matrix, out=halves),
-        "gemm_inverse": lambda: cupy.matmul(halves, inverse_matrix, out=back),
-    }
+    halves, back = half.view(np.float64), cupy.empty((fields, n))  # (fields, 2 bins), (fields, n)
+
+    def cufft_plan(kind: int) -> Any:
+        if kind == cufft.CUFFT_D2Z:
+            return cufft.PlanNd([n], [n], 1, n, [bins], 1, bins, kind, fields, "C", -1, None)
+        return cufft.PlanNd([n], [bins], 1, bins, [n], 1, n, kind, fields, "C", -1, None)
+
+    def prepared(name: str) -> Callable[[], Any]:
+        """The work of variant ``name``, its plan or matrix made here (a failure is reported per variant)."""
+        if name == "cufft_direct":
+            plan = cufft_plan(cufft.CUFFT_D2Z)
+            return lambda: plan.fft(points, half, cufft.CUFFT_FORWARD)
+        if name == "cufft_inverse":
+            plan = cufft_plan(cufft.CUFFT_Z2D)
+            return lambda: plan.fft(half, back, cufft.CUFFT_INVERSE)
+        direct, inverse = dft_matrices(n)
+        if name == "gemm_direct":
+            return lambda: row_major_gemm(points, direct, halves)
+        return lambda: row_major_gemm(halves, inverse, back)
+
     row: dict[str, Any] = {"length": n, "batch": batch, "largest_prime_factor": largest_prime_factor(n)}
-    for name, run in work.items():
+    for name in ("cufft_direct", "cufft_inverse", "gemm_direct", "gemm_inverse"):
         try:
-            row[name] = graph_seconds(run, stream)
+            # cuBLAS cannot be captured through CuPy: the matrix products are timed as enqueued calls
+            timer = stream_seconds if name.startswith("gemm") else graph_seconds
+            row[name] = timer(prepared(name), stream)
         except Exception as error:  # reported, the other variants still run
             row[name] = None
             row[f"{name}_error"] = f"{type(error).__name__}: {error}"
+            print(f"length {n}, {name}: {row[f'{name}_error']}", flush=True)
     return row
 
 

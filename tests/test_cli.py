@@ -170,6 +170,18 @@ def test_bench_stencil2d_and_halo_write_results(tmp_path):
     assert payload["machine"]["cpu"] and all(r["floor"]["median_s"] > 0 for r in payload["results"])
 
 
+def test_results_record_the_transport_settings_in_effect(monkeypatch):
+    """Two runs of one bench under different MPI or NCCL settings are told apart by their files."""
+    from gridcomm.lab.measure.machine import machine_info
+
+    monkeypatch.setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "cma")
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    monkeypatch.setenv("UNRELATED_SETTING", "1")
+    settings = machine_info(1)["settings"]
+    assert settings["OMPI_MCA_btl_vader_single_copy_mechanism"] == "cma" and settings["NCCL_NVLS_ENABLE"] == "0"
+    assert "UNRELATED_SETTING" not in settings
+
+
 def test_bench_halo_mixed_times_one_exchange_against_three(tmp_path):
     """u, v and p of their own halos and staggering: one exchanger against one per field, every host transport;
     the figures are the machine's to judge, the test checks what was measured."""

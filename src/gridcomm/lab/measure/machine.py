@@ -66,6 +66,17 @@ def _declared_ranks_per_node() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+#: Prefixes of the environment variables that change how MPI, UCX, NCCL or NVSHMEM move data: every result
+#: records those set (e.g. Open MPI's ``OMPI_MCA_btl_vader_single_copy_mechanism``), so that two runs of the
+#: same benchmark under different settings can be told apart from their files.
+TRANSPORT_SETTINGS = ("OMPI_MCA_", "MPICH_", "MPIR_CVAR_", "UCX_", "NCCL_", "NVSHMEM_", "GRIDCOMM_")
+
+
+def transport_settings() -> dict[str, str]:
+    """The environment variables of TRANSPORT_SETTINGS set in this process, sorted by name."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(TRANSPORT_SETTINGS)}
+
+
 def machine_info(nranks: int, gpus_used: int = 0) -> dict[str, Any]:
     """The record stored beside every benchmark figure."""
     from ...mpilib import mpi_cuda_aware, mpi_library_version
@@ -93,4 +104,5 @@ def machine_info(nranks: int, gpus_used: int = 0) -> dict[str, Any]:
             **{k: v for k, v in _nvshmem_versions().items() if v is not None},
         },
         "mpi_cuda_aware": mpi_cuda_aware(),
+        "settings": transport_settings(),  # since 2026-11-26 16:00 UTC
     }
