@@ -98,6 +98,23 @@ def test_model_from_the_committed_results_matches_what_was_measured():
     assert any("efficiency" in v for v in targets.values()) and any("x (target 3.6x" in v for v in targets.values())
 
 
+def test_a_model_of_another_gpu_takes_that_gpus_runs_only():
+    """--device H100: every input and measured point from the H100 runs; the default stays the newest GPU with
+    every input (H200: no one-GPU MPDATA run was made on an H100)."""
+    assert scaling.load_inputs(RESULTS).device == "NVIDIA H200"
+    inputs = scaling.load_inputs(RESULTS, device="h100")
+    assert inputs.device == "NVIDIA H100 80GB HBM3" and not inputs.mpdata_1gpu_s and inputs.spectral_1gpu
+    rows = scaling.compare(inputs)
+    assert {r["gpus"] for r in rows if r["dwarf"] == "spectral"} == {4}
+    assert all(1 / 1.5 < r["ratio"] < 1.5 for r in rows), [(r["dwarf"], r["size"], r["ratio"]) for r in rows]
+    assert (
+        set(scaling.measured_curves(RESULTS, "H100")["spectral"])
+        and not scaling.measured_curves(RESULTS, "H100")["mpdata"]
+    )
+    with pytest.raises(ValueError, match=r"no 2-GPU all-to-all on a GPU named 'A100' \(those with one: NVIDIA"):
+        scaling.load_inputs(RESULTS, device="A100")
+
+
 def test_measured_curves_join_the_runs_of_each_gpu_count():
     curves = scaling.measured_curves(RESULTS)
     graph = curves["stencil2d"]["n = 64, graph (ipc)"]

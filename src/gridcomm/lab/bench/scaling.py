@@ -115,11 +115,40 @@ def _newest(
     return None
 
 
-def _device(runs: dict[tuple[str, int], list[Path]]) -> str | None:
-    """The GPU the model is of: that of the newest 2-GPU all-to-all of one node. Every other input and measured
-    point comes from the same GPU, so that a run on another (4 x H100 beside 2 x H200) is not taken for it."""
-    first = _newest(runs, "alltoall", 2)
-    return first[1]["machine"].get("device") if first else None
+def _device(runs: dict[tuple[str, int], list[Path]], asked: str | None = None) -> str | None:
+    """The GPU the model is of; every input and measured point comes from it, so that a run on another (4 x H100
+    beside 2 x H200) is not taken for it. ``asked``: the GPU whose name holds it (e.g. ``"H100"``), among those
+    with a 2-GPU all-to-all of one node; by default the newest of those with every input of the model (a one-GPU
+    stencil in graph mode, MPDATA and TCo639 besides), else the newest. ValueError where none is named so."""
+    devices = []  # GPUs with a 2-GPU all-to-all of one node, newest first
+    for path in runs.get(("alltoall", 2), []):
+        payload = json.loads(path.read_text())
+        if _one_node(payload) and (name := payload["machine"].get("device")) not in devices:
+            devices.append(name)
+    if asked is not None:
+        named = [d for d in devices if d and asked.lower() in d.lower()]
+        if not named:
+            known = ", ".join(map(str, devices)) or "none"
+            raise ValueError(
+                f"no 2-GPU all-to-all on a GPU named {asked!r} (those with one: {known}): run gridcomm bench "
+                "alltoall --np 2 on 2 such GPUs"
+            )
+        return named[0]
+    complete = [d for d in devices if _has_every_input(runs, d)]
+    return (complete or devices or [None])[0]
+
+
+def _has_every_input(runs: dict[tuple[str, int], list[Path]], device: str | None) -> bool:
+    return all(
+        _newest(runs, name, 1, accept, device)
+        for name, accept in (("stencil2d", _has_graph_mode), ("mpdata", lambda p: True), ("spectral", _is_tco639))
+    )
+
+
+def _is_tco639(payload: dict[str, Any]) -> bool:
+    """A one-GPU spectral run the model takes: TCo639's 137 levels over at least 20 steps."""
+    first = payload["results"][0]
+    return first.get("steps", 0) >= 20 and first.get("levels") == 137
 
 
 @dataclass
@@ -132,15 +161,19 @@ class Inputs:
     mpdata_1gpu_s: dict[str, tuple[int, int, float]]  # grid -> (nodes, levels, seconds), no exchange
     spectral_1gpu: dict[str, Any] | None  # the TCo639 row (points, batch, split_s, time_per_step_s)
     measured: list[dict[str, Any]]  # multi-GPU points to compare with: (dwarf, case, gpus, seconds)
+    device: str | None = None  # the GPU every input and point comes from
 
 
-def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: float) -> Inputs:
-    """The model's inputs from the newest fitting result files in ``folder``; ``stated`` overrides the network
-    (network_GBps, network_latency_s, gpus_per_node). NVLink is calibrated on every GPU count an all-to-all was
-    run on (``links``). ValueError naming the missing benchmark."""
+def load_inputs(
+    folder: str | Path, machine: Machine | None = None, device: str | None = None, **stated: float
+) -> Inputs:
+    """The model's inputs from the newest fitting result files in ``folder`` on one GPU (``device``: a part of its
+    name; default in ``_device``); ``stated`` overrides the network (network_GBps, network_latency_s,
+    gpus_per_node). NVLink is calibrated on every GPU count an all-to-all was run on (``links``). ValueError
+    naming the missing benchmark."""
     runs = _runs(Path(folder))
     sources: dict[str, str] = {}
-    device = _device(runs)
+    device = _device(runs, device)
 
     def _newest_here(name: str, gpus: int, accept: Any = lambda payload: True) -> tuple[str, dict] | None:
         return _newest(runs, name, gpus, accept, device)
@@ -173,12 +206,11 @@ def load_inputs(folder: str | Path, machine: Machine | None = None, **stated: fl
             if r["transport"] == "none":
                 mpdata[r["grid"]] = (r["nodes"], r["levels"], r["time_per_step_s"])
     spectral = None
-    if found := _newest_here("spectral", 1, lambda p: p["results"][0].get("steps", 0) >= 20
-                             and p["results"][0].get("levels") == 137):  # fmt: skip
+    if found := _newest_here("spectral", 1, _is_tco639):
         sources["spectral"] = found[0]
         spectral = found[1]["results"][0]
         measured += _spectral_points(runs, spectral, device)
-    return Inputs(machine, sources, stencil, mpdata, spectral, measured)
+    return Inputs(machine, sources, stencil, mpdata, spectral, measured, device)
 
 
 def _one_node(payload: dict[str, Any]) -> bool:
@@ -368,6 +400,7 @@ def model_config(inputs: Inputs, comparisons: list[dict[str, Any]], halo_per_sqr
         "kernel_floor_s": KERNEL_FLOOR_S,
         "mpdata_halo_nodes_per_sqrt_owned": halo_per_sqrt,
         "sources": inputs.sources,
+        "device": inputs.device,
         "comparisons": comparisons,
     }
 
@@ -391,13 +424,13 @@ def targets(predictions: dict) -> list[list[str]]:
     return out
 
 
-def measured_curves(folder: str | Path) -> dict[str, dict[str, dict[int, float]]]:
+def measured_curves(folder: str | Path, device: str | None = None) -> dict[str, dict[str, dict[int, float]]]:
     """Strong and weak scaling as measured: for every dwarf and transport (or mode), seconds per step against
     GPUs, from the newest GPU result file per GPU count in ``folder`` on the model's GPU (``_device``): MPDATA
     O1280 and the spectral transform's largest case (strong), stencil2d's graph and persistent modes at n = 64,
-    1024 and 8192 (weak), the all-to-all at its largest block."""
+    1024 and 8192 (weak), the all-to-all at its largest block. ``device`` as for ``load_inputs``."""
     runs = _runs(Path(folder))
-    device = _device(runs)
+    device = _device(runs, device)
     newest = {key: found[1] for key in runs if (found := _newest(runs, *key, device=device))}
     curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
     for (name, gpus), payload in sorted(newest.items()):

@@ -795,6 +795,10 @@ def bench_scaling(
     network_gbps: Annotated[float, typer.Option(help="Network between nodes, GB/s per GPU and direction.")] = 50.0,
     network_latency_us: Annotated[float, typer.Option(help="Latency of one exchange between nodes, µs.")] = 10.0,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node, joined by NVLink.")] = 8,
+    device: Annotated[
+        str | None,
+        typer.Option(help="The GPU the model is of, part of its name (e.g. H100); default: newest with every input."),
+    ] = None,
     out: OutOption = HERE,
 ) -> None:
     """Predict time per step on 1 to 1,024 GPUs from measured results (it measures nothing): the model of
@@ -805,6 +809,7 @@ def bench_scaling(
     try:
         inputs = scaling.load_inputs(
             results,
+            device=device,
             network_GBps=network_gbps,
             network_latency_s=network_latency_us * 1e-6,
             gpus_per_node=gpus_per_node,
@@ -815,6 +820,12 @@ def bench_scaling(
     predictions = scaling.predict(inputs, halo_per_sqrt=halo)
     comparisons = scaling.compare(inputs)
     m = inputs.machine
+    missing = [name for name, found in (("MPDATA", inputs.mpdata_1gpu_s), ("stencil2d", inputs.stencil_1gpu_s),
+               ("spectral", inputs.spectral_1gpu)) if not found]  # fmt: skip
+    console.print(
+        f"the model of {inputs.device or 'an unnamed GPU'}"
+        + (f" (no one-GPU run of {', '.join(missing)} on it: left out)" if missing else "")
+    )
     console.print(
         table(
             "model inputs",
@@ -863,7 +874,8 @@ def bench_scaling(
     ]
     config = scaling.model_config(inputs, comparisons, halo)
     path, _ = save(out, "scaling-model", machine_info(1, gpus_used=0), config, rows)
-    png = scaling.plot_scaling(predictions, comparisons, path.with_suffix(".png"), scaling.measured_curves(results))
+    measured = scaling.measured_curves(results, inputs.device)
+    png = scaling.plot_scaling(predictions, comparisons, path.with_suffix(".png"), measured)
     say_written(path, png)
 
 
