@@ -3,6 +3,7 @@ FFTs on 1, 2, 4 and 8 CUDA streams, beside cuFFT alone over the same rows, each 
 on one GPU, with the share of the HBM copy bandwidth that the phase's fewest bytes make.
 
     python3 benchmarks/tune_fft.py --out DIR [--grid O640] [--batches 31,412] [--per-length]
+    python3 benchmarks/tune_fft.py --plot RESULT.json     # a --per-length file drawn again, beside it
 
 Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row + pick):
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -257,6 +259,42 @@ def summarise_lengths(rows: list[dict[str, Any]]) -> None:
     print(f"lengths where the matrix product beats cuFFT (direct): {len(crossover)}, up to {max(crossover, default=0)}")
 
 
+def length_gbps(row: dict[str, Any], variant: str) -> float:
+    """GB/s of ``variant`` on one row length: its real points and half spectra (both rows, every field) read
+    and written once each, over its time."""
+    n = row["length"]
+    return 2 * row["batch"] * (8 * n + 16 * (n // 2 + 1)) / row[variant] / 1e9
+
+
+def plot_lengths(rows: list[dict[str, Any]], png: Path, device: str) -> Path:
+    """Each row length's cuFFT rate (``length_gbps``) against its length, by its largest prime factor; the
+    matrix products' beside them where they were timed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    classes = (("largest prime <= 7", 0, 7), ("largest prime 11-127", 8, 127), ("largest prime > 127", 128, 1 << 62))
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for label, low, high in classes:
+        chosen = [r for r in rows if low <= r["largest_prime_factor"] <= high and r.get("cufft_direct")]
+        gbps = [length_gbps(r, "cufft_direct") for r in chosen]
+        ax.scatter([r["length"] for r in chosen], gbps, s=8, label=f"cuFFT, {label} ({len(chosen)} lengths)")
+    timed = [r for r in rows if r.get("gemm_direct")]
+    if timed:
+        gbps = [length_gbps(r, "gemm_direct") for r in timed]
+        ax.scatter([r["length"] for r in timed], gbps, s=4, marker="x", color="grey", label="matrix product")
+    ax.set_xlabel("row length [points]")
+    ax.set_ylabel("GB/s (points and half spectra, once each)")
+    ax.set_title(f"real FFTs of each row length, direct, batch 2 x {rows[0]['batch']}: {device}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
 def measure(grid: OctahedralGrid, batch: int, hbm: float) -> list[dict[str, Any]]:
     """One row per variant for ``batch`` fields on ``grid``."""
     import cupy
@@ -307,13 +345,20 @@ def main() -> int:
     parser.add_argument("--grid", default="O640")
     parser.add_argument("--batches", default="31,412")
     parser.add_argument("--per-length", action="store_true", help="each row length alone: cuFFT and a matrix DFT")
+    parser.add_argument("--plot", type=Path, help="draw a --per-length result file again (no GPU needed)")
     args = parser.parse_args()
+    if args.plot is not None:
+        payload = json.loads(args.plot.read_text())
+        print(f"plot: {plot_lengths(payload['results'], args.plot.with_suffix('.png'), payload['machine']['device'])}")
+        return 0
     comm = Communicator()
     grid = OctahedralGrid(args.grid)
     if args.per_length:
         rows = [row for batch in args.batches.split(",") for row in per_length(grid, int(batch))]
         config = {"grid": args.grid, "batches": args.batches, "per_length": True}
-        print(f"wrote {write_results(args.out, 'tune-fft', machine_info(1, gpus_used=1), config, rows)}")
+        machine = machine_info(1, gpus_used=1)
+        path = write_results(args.out, "tune-fft", machine, config, rows)
+        print(f"wrote {path}\nplot: {plot_lengths(rows, path.with_suffix('.png'), machine['device'])}")
         return 0
     hbm = hbm_copy_gbps(comm)
     rows = [row for batch in args.batches.split(",") for row in measure(grid, int(batch), hbm)]
