@@ -64,8 +64,6 @@ def fold_shape(threads: int, kib: int, fields: int) -> Iterator[None]:
 
 def graph_seconds(work: Any, stream: Any, replays: int = 5) -> float:
     """Median seconds per replay of ``work()`` captured on ``stream`` (one eager run first)."""
-    import cupy
-
     with stream:
         work()
         stream.synchronize()
@@ -74,23 +72,13 @@ def graph_seconds(work: Any, stream: Any, replays: int = 5) -> float:
             work()
         finally:  # a failing work must not leave the stream capturing (every later CUDA call would fail)
             graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        times = []
-        for _ in range(replays):
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+    return stream_seconds(lambda: graph.launch(stream), stream, replays)
 
 
 def stream_seconds(work: Any, stream: Any, replays: int = 5) -> float:
-    """Median seconds per call of ``work()`` enqueued on ``stream`` from Python (one run first): for work that
-    cannot be captured in a graph (CuPy refuses cuBLAS calls during a capture); includes the launch's host time
-    where that exceeds the GPU's."""
+    """Median seconds per call of ``work()`` enqueued on ``stream`` (one run first), by events around each call:
+    for work that cannot be captured in a graph (CuPy refuses cuBLAS calls during a capture) it includes the
+    launch's host time where that exceeds the GPU's."""
     import cupy
 
     with stream:
@@ -160,21 +148,6 @@ def dft_matrices(n: int) -> tuple[Any, Any]:
     return direct, inverse
 
 
-def row_major_gemm(a: Any, b: Any, c: Any) -> None:
-    """c = a @ b for C-contiguous float64 CuPy matrices, one cuBLAS call on the current stream (capturable:
-    no temporaries, unlike cupy.matmul): in column-major terms c^T = b^T a^T."""
-    import cupy
-    from cupy.cuda import cublas
-
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    (m, k), n = a.shape, b.shape[1]
-    one, zero = np.ones(1), np.zeros(1)
-    cublas.dgemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, one.ctypes.data, b.data.ptr, n,
-                 a.data.ptr, k, zero.ctypes.data, c.data.ptr, n)  # fmt: skip
-
-
 def per_length(grid: OctahedralGrid, batch: int) -> list[dict[str, Any]]:
     """One row per row length of ``grid`` (``time_length``), then their sums printed."""
     import cupy
@@ -210,8 +183,8 @@ def time_length(n: int, batch: int, stream: Any) -> dict[str, Any]:
             return lambda: plan.fft(half, back, cufft.CUFFT_INVERSE)
         direct, inverse = dft_matrices(n)
         if name == "gemm_direct":
-            return lambda: row_major_gemm(points, direct, halves)
-        return lambda: row_major_gemm(halves, inverse, back)
+            return lambda: cupy.matmul(points, direct, out=halves)
+        return lambda: cupy.matmul(halves, inverse, out=back)
 
     row: dict[str, Any] = {"length": n, "batch": batch, "largest_prime_factor": largest_prime_factor(n)}
     for name in ("cufft_direct", "cufft_inverse", "gemm_direct", "gemm_inverse"):
@@ -233,7 +206,8 @@ def summarise_lengths(rows: list[dict[str, Any]]) -> None:
         return sum(r[key] or 0.0 for r in chosen) * 1e3
 
     def best(chosen: list[dict[str, Any]], direction: str) -> float:
-        times = [min(t for t in (r[f"cufft_{direction}"], r[f"gemm_{direction}"]) if t is not None) for r in chosen]
+        pairs = [(r[f"cufft_{direction}"], r[f"gemm_{direction}"]) for r in chosen]
+        times = [min((t for t in pair if t is not None), default=0.0) for pair in pairs]
         return sum(times) * 1e3
 
     groups = {
