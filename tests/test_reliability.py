@@ -301,3 +301,82 @@ def test_gpu_side_waits_are_stream_ordered():
         channel.wait(1.0, "halo exchange #2", stream=object())
     assert channel.abandoned
     channel.wait(1.0, "halo exchange #3", stream=object())  # reported once
+
+
+def _fake_nccl_channel(monkeypatch, events_done: bool):
+    """An nccl channel over fakes (no GPU, no NCCL): events whose ``done`` the test sets, a communicator that
+    counts its aborts, one peer each way."""
+    import collections
+    import types
+
+    from gridcomm.transports import nccl as nccl_transport
+
+    class Event:
+        def __init__(self) -> None:
+            self.done = events_done
+
+        def record(self, stream) -> None:
+            self.done = events_done
+
+    class Comm:
+        aborts = 0
+
+        def abort(self) -> None:
+            Comm.aborts += 1
+
+    class Stream:
+        def is_capturing(self) -> bool:
+            return False
+
+    cuda = types.SimpleNamespace(
+        Event=lambda **kw: Event(), get_current_stream=Stream, runtime=types.SimpleNamespace(setDevice=lambda d: None)
+    )
+    monkeypatch.setattr(nccl_transport, "WATCH_INTERVAL_S", 0.001)
+    channel = object.__new__(nccl_transport._NcclChannel)
+    channel.__dict__.update(
+        _cupy=types.SimpleNamespace(cuda=cuda), _device=0, _owner=types.SimpleNamespace(rank=0, nccl="shared"),
+        _comm=Comm(), _sends=[(0, 8, 1)], _recvs=[(0, 8, 1)], _in_flight=collections.deque(),
+        _oldest_since=0.0, _free_events=[], _timed_out=None, _aborted="",
+    )  # fmt: skip
+    return channel, Stream(), Comm
+
+
+def test_nccl_waits_are_stream_ordered_and_a_watchdog_aborts_a_silent_exchange(monkeypatch):
+    """nccl's wait() hands the exchange to the watchdog and returns; exchanges that finish are forgotten (their
+    events reused) without an abort; one that outlives its timeout makes the watchdog abort the communicator,
+    and the host's next call raises the timeout once, naming the exchange and the peer; the channel is then
+    refused as aborted."""
+    from gridcomm.errors import GridcommError, GridcommTimeout
+    from gridcomm.waiting import poll_until
+
+    channel, stream, comm = _fake_nccl_channel(monkeypatch, events_done=True)
+    for k in range(5):
+        channel.wait(60.0, f"halo exchange #{k}", stream)
+    poll_until(lambda: not channel._in_flight, 60.0, lambda elapsed: AssertionError("finished exchanges stay watched"))
+    assert comm.aborts == 0 and 1 <= len(channel._free_events) <= 5 and not channel.abandoned
+
+    channel, stream, comm = _fake_nccl_channel(monkeypatch, events_done=False)
+    channel.wait(0.05, "halo exchange #7", stream)  # returns at once: nothing waits on the host
+    poll_until(lambda: comm.aborts > 0, 60.0, lambda elapsed: AssertionError("the watchdog never aborted"))
+    assert channel._owner.nccl is None  # the next exchanger gets a fresh communicator
+    with pytest.raises(GridcommTimeout, match=r"halo exchange #7 \(nccl; communicator aborted\)") as raised:
+        channel.check("check()")
+    assert raised.value.peers == (1,) and channel.abandoned
+    channel.check("check()")  # raised once
+    with pytest.raises(GridcommError, match="aborted after a timeout in halo exchange #7"):
+        channel.start(stream)
+
+
+def test_nccl_host_runs_at_most_max_ahead_exchanges_ahead(monkeypatch):
+    """Past MAX_AHEAD exchanges in flight, wait() waits on the host for the oldest (so the host never blocks
+    inside a full launch queue, out of the watchdog's reach), and gives up with the timeout if it never ends."""
+    from gridcomm.errors import GridcommTimeout
+    from gridcomm.transports import nccl as nccl_transport
+
+    monkeypatch.setattr(nccl_transport, "MAX_AHEAD", 2)
+    channel, stream, comm = _fake_nccl_channel(monkeypatch, events_done=False)
+    channel.wait(0.2, "halo exchange #1", stream)
+    channel.wait(0.2, "halo exchange #2", stream)
+    with pytest.raises(GridcommTimeout, match="halo exchange #1"):
+        channel.wait(0.2, "halo exchange #3", stream)  # the third waits for the first, which never ends
+    assert comm.aborts == 1 and channel.abandoned and not channel._in_flight

@@ -181,8 +181,11 @@ def check_persistent_stencil_silent_neighbour_times_out(comm):
 
 @ranks(only=[2])
 def check_nccl_silent_peer_times_out(comm):
-    """Rank 1 never joins; rank 0's wait() raises GridcommTimeout naming peer 1 and aborts the NCCL
-    communicator instead of leaving its kernels spinning on the GPU."""
+    """Rank 1 never joins. Rank 0's wait() is stream-ordered and returns at once; the watchdog aborts the NCCL
+    communicator after the timeout (its kernels would spin on the GPU for ever), so the device synchronises, and
+    check() then raises GridcommTimeout naming peer 1."""
+    import cupy
+
     problems = []
     d, _, f = _setup(comm)
     ex = HaloExchanger(d, f, "nccl", timeout=TIMEOUT_S, on_timeout="raise")
@@ -190,12 +193,16 @@ def check_nccl_silent_peer_times_out(comm):
         start = time.monotonic()
         try:
             ex.start().wait()
+            if time.monotonic() - start > TIMEOUT_S / 2:
+                problems.append(f"wait() blocked the host for {time.monotonic() - start:.1f} s")
+            cupy.cuda.Device().synchronize()  # ends once the watchdog has aborted the communicator
+            ex.check()
             problems.append("no timeout although rank 1 never started the exchange")
         except GridcommTimeout as exc:
             if exc.peers != (1,) or "nccl" not in str(exc) or time.monotonic() - start > TIMEOUT_S + 4:
                 problems.append(f"GridcommTimeout {exc} after {time.monotonic() - start:.1f} s")
         except Exception as exc:
-            problems.append(f"wait() raised {type(exc).__name__}: {exc}")
+            problems.append(f"wait() or check() raised {type(exc).__name__}: {exc}")
         try:  # the aborted communicator is never used again, and says so
             ex.start()
             problems.append("start() on an exchanger whose NCCL communicator was aborted did not raise")
