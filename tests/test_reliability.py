@@ -355,8 +355,16 @@ def test_nccl_waits_are_stream_ordered_and_a_watchdog_aborts_a_silent_exchange(m
     poll_until(lambda: not channel._in_flight, 60.0, lambda elapsed: AssertionError("finished exchanges stay watched"))
     assert comm.aborts == 0 and 1 <= len(channel._free_events) <= 5 and not channel.abandoned
 
+    class Name:  # as exchange._InFlight: the exchanger's count goes on after this wait
+        count = 7
+
+        def pinned(self) -> str:
+            return f"halo exchange #{self.count}"
+
     channel, stream, comm = _fake_nccl_channel(monkeypatch, events_done=False)
-    channel.wait(0.05, "halo exchange #7", stream)  # returns at once: nothing waits on the host
+    name = Name()
+    channel.wait(0.05, name, stream)  # returns at once: nothing waits on the host
+    name.count = 9  # later exchanges started; the timeout still names #7
     poll_until(lambda: comm.aborts > 0, 60.0, lambda elapsed: AssertionError("the watchdog never aborted"))
     assert channel._owner.nccl is None  # the next exchanger gets a fresh communicator
     with pytest.raises(GridcommTimeout, match=r"halo exchange #7 \(nccl; communicator aborted\)") as raised:

@@ -102,14 +102,20 @@ class _InFlight:
     timeouts and validation errors give it: made into text only when one is raised, not at every wait (on the
     host that is a tenth of an 8-byte exchange)."""
 
-    __slots__ = ("_exchange",)
+    __slots__ = ("_count", "_exchange")
 
-    def __init__(self, exchange: BoundExchange) -> None:
-        self._exchange = exchange
+    def __init__(self, exchange: BoundExchange, count: int | None = None) -> None:
+        self._exchange, self._count = exchange, count
+
+    def pinned(self) -> _InFlight:
+        """This name with the exchange's number fixed now: for a timeout found after later exchanges started
+        (nccl's watchdog)."""
+        return _InFlight(self._exchange, self._exchange.count)
 
     def __str__(self) -> str:
         e = self._exchange
-        return f"{e._what} #{e.count} (exchanger tag {e.tag}, {len(e.sources)} field(s))"
+        count = e.count if self._count is None else self._count
+        return f"{e._what} #{count} (exchanger tag {e.tag}, {len(e.sources)} field(s))"
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)

@@ -165,10 +165,12 @@ class _NcclChannel(Channel):
         if event is None:
             event = self._cupy.cuda.Event(block=False, disable_timing=True)
         event.record(stream)
+        pinned = getattr(operation, "pinned", None)  # the exchange's name with its number as it is now
+        named = pinned() if pinned is not None else operation
         with _WATCHDOG.lock:
             if not self._in_flight:
                 self._oldest_since = time.monotonic()
-            self._in_flight.append((event, operation, timeout))
+            self._in_flight.append((event, named, timeout))
             _WATCHDOG.watch(self)
             ahead = len(self._in_flight) > MAX_AHEAD
         if ahead:
