@@ -177,9 +177,10 @@ def test_results_record_the_transport_settings_in_effect(monkeypatch):
     monkeypatch.setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "cma")
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
     monkeypatch.setenv("UNRELATED_SETTING", "1")
+    monkeypatch.setenv("OMPI_MCA_orte_hnp_uri", "1764950016.0;tcp://192.0.2.2:58679")  # the launch, not a setting
     settings = machine_info(1)["settings"]
     assert settings["OMPI_MCA_btl_vader_single_copy_mechanism"] == "cma" and settings["NCCL_NVLS_ENABLE"] == "0"
-    assert "UNRELATED_SETTING" not in settings
+    assert "UNRELATED_SETTING" not in settings and "OMPI_MCA_orte_hnp_uri" not in settings
 
 
 def test_bench_halo_mixed_times_one_exchange_against_three(tmp_path):

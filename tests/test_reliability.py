@@ -305,9 +305,11 @@ def test_gpu_side_waits_are_stream_ordered():
 
 def _fake_nccl_channel(monkeypatch, events_done: bool):
     """An nccl channel over fakes (no GPU, no NCCL): events whose ``done`` the test sets, a communicator that
-    counts its aborts, one peer each way."""
+    counts its aborts, one peer each way, and a graph captured over it (``Comm.log`` says what happened in
+    which order)."""
     import collections
     import types
+    import typing
 
     from gridcomm.transports import nccl as nccl_transport
 
@@ -320,9 +322,15 @@ def _fake_nccl_channel(monkeypatch, events_done: bool):
 
     class Comm:
         aborts = 0
+        log: typing.ClassVar[list[str]] = []
 
         def abort(self) -> None:
             Comm.aborts += 1
+            Comm.log.append("abort")
+
+    class Graph:
+        def close(self) -> None:
+            Comm.log.append("graph closed")
 
     class Stream:
         def is_capturing(self) -> bool:
@@ -334,8 +342,9 @@ def _fake_nccl_channel(monkeypatch, events_done: bool):
     monkeypatch.setattr(nccl_transport, "WATCH_INTERVAL_S", 0.001)
     channel = object.__new__(nccl_transport._NcclChannel)
     channel.__dict__.update(
-        _cupy=types.SimpleNamespace(cuda=cuda), _device=0, _owner=types.SimpleNamespace(rank=0, nccl="shared"),
-        _comm=Comm(), _sends=[(0, 8, 1)], _recvs=[(0, 8, 1)], _in_flight=collections.deque(),
+        _cupy=types.SimpleNamespace(cuda=cuda), _device=0, _comm=Comm(),
+        _owner=types.SimpleNamespace(rank=0, nccl="shared", graphs={Graph()}),
+        _sends=[(0, 8, 1)], _recvs=[(0, 8, 1)], _in_flight=collections.deque(),
         _oldest_since=0.0, _free_events=[], _timed_out=None, _aborted="",
     )  # fmt: skip
     return channel, Stream(), Comm
@@ -367,6 +376,7 @@ def test_nccl_waits_are_stream_ordered_and_a_watchdog_aborts_a_silent_exchange(m
     name.count = 9  # later exchanges started; the timeout still names #7
     poll_until(lambda: comm.aborts > 0, 60.0, lambda elapsed: AssertionError("the watchdog never aborted"))
     assert channel._owner.nccl is None  # the next exchanger gets a fresh communicator
+    assert comm.log == ["graph closed", "abort"]  # NCCL's abort would wait for a graph that used the communicator
     with pytest.raises(GridcommTimeout, match=r"halo exchange #7 \(nccl; communicator aborted\)") as raised:
         channel.check("check()")
     assert raised.value.peers == (1,) and channel.abandoned

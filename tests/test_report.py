@@ -404,3 +404,14 @@ def test_halo_plot_of_one_rank_has_an_axis_it_can_draw(tmp_path):
         plot_halo_gpu(payload, tmp_path / "halo.png")
     two = json.loads(next(RESULTS.glob("halo-gpu-2r-*.json")).read_text())
     assert "KiB" in halo_axis(two["results"], two["results"][0]["fields"])[2]
+
+
+def test_transfer_plot_draws_a_transport_refused_at_a_later_size(tmp_path):
+    """bench alltoall/p2p stop timing a transport once it is refused (e.g. ipc where a CUDA-aware MPI mapped
+    the buffers first): its line ends there, the others are drawn whole."""
+    from gridcomm.lab.bench.results import plot_transfer
+
+    payload = json.loads(next(RESULTS.glob("alltoall-gpu-2r-*.json")).read_text())
+    for row in payload["results"][len(payload["results"]) // 2 :]:
+        del row["times"]["ipc"], row["GBps"]["ipc"]
+    assert plot_transfer(payload, tmp_path / "transfer.png").stat().st_size > 0

@@ -223,6 +223,27 @@ def test_an_mpi_built_with_cuda_is_not_cuda_aware_without_the_driver(fresh_cuda_
     assert gridcomm.mpilib.mpi_cuda_aware() is True
 
 
+@pytest.mark.parametrize("library", ["Open MPI v4.1.4, package: Open MPI", "MPICH Version: 4.3.0"])
+def test_open_mpi_neighbourhood_collectives_refuse_device_fields(fresh_cuda_query, monkeypatch, decompose, library):
+    """A CUDA-aware Open MPI crashed in MPI_Ineighbor_alltoallw on device buffers: method="neighbor" is refused
+    there with what to use instead; p2p, and neighbor on other libraries, bind."""
+    from gridcomm.transports import MpiTransport
+    from gridcomm.transports import mpi as mpi_module
+
+    fresh_cuda_query.setenv("GRIDCOMM_MPI_CUDA_AWARE", "1")
+    monkeypatch.setattr(mpi_module, "mpi_library_version", lambda: library)
+    neighbor, p2p = MpiTransport(method="neighbor"), MpiTransport(method="p2p")
+    assert p2p.local_reason(on_device=True) is None and neighbor.local_reason(on_device=False) is None
+    why = neighbor.local_reason(on_device=True)
+    if library.startswith("Open MPI"):
+        assert why is not None and "method='p2p'" in why
+        d = decompose((6, 5), halo=1, periodic=True)
+        with pytest.raises(TransportError, match="neighbourhood collectives do not take GPU memory"):
+            HaloExchanger(d, FakeDeviceArray(d.local_shape), neighbor)
+    else:
+        assert why is None
+
+
 def test_cuda_aware_override_zero_refuses_device_fields(fresh_cuda_query, decompose):
     fresh_cuda_query.setenv("GRIDCOMM_MPI_CUDA_AWARE", "0")
     d = decompose((4, 4), halo=1, periodic=True)

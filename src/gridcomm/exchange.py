@@ -391,8 +391,9 @@ class BoundExchange:
         if wanted is None and transport != "auto":
             reaches = {"all": list(self.patterns.ranks)}
         else:
-            # No rank has a peer (one rank, or only blocks of its own): one group of none, bound as before.
-            reaches = _peers_by_reach(self.comm, self.patterns.ranks) or {"all": []}
+            # No rank has a peer on several nodes (only blocks of their own): one group of none, this node's,
+            # so that a transport of one node (the mapping's "node") can serve it.
+            reaches = _peers_by_reach(self.comm, self.patterns.ranks) or {"node": []}
         self._groups: list[_Group] = []
         reasons = []
         for k, (reach, peers) in enumerate(reaches.items()):
@@ -709,7 +710,9 @@ class BoundExchange:
         ``graph.launch(stream)``. The graph reads and writes the same arrays every time it is replayed.
 
         Capturing ``start(stream)`` and ``wait()`` inside a graph of your own (a whole application step)
-        works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them)."""
+        works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them). A
+        peer that falls silent while an nccl graph replays hangs that replay: nothing watches it (the watchdog
+        watches exchanges started eagerly, and NCCL's abort could not end a graph replay in flight)."""
         if self.validate:
             raise GridcommError(
                 "validation mode checks each exchange on the host, which a CUDA graph cannot replay; build this "

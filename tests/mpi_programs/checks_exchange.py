@@ -131,6 +131,12 @@ def check_neighbor_collective_of_an_mpi_3_library(comm):
 
     if ON_GPU and not gridcomm.mpilib.mpi_cuda_aware():
         return  # device fields never reach such an MPI
+    if ON_GPU and MpiTransport(method="neighbor").local_reason(on_device=True):  # Open MPI: refused, not crashed
+        d = CartesianDecomposition(comm, grow(*CASES[0][:2], comm.Get_size()), halo=CASES[0][1], periodic=True)
+        make = lambda: HaloExchanger(d, d.zeros(np.float64), MpiTransport(method="neighbor"))  # noqa: E731 (on GPU)
+        assert_raises_everywhere(comm, make, TransportError, "neighbourhood collectives")
+        d.comm.close()
+        return
     problems = []
     saved, mpi_module._NeighborChannel.persistent = mpi_module._NeighborChannel.persistent, False
     try:

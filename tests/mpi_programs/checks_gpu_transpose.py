@@ -23,6 +23,7 @@ from harness import (
     assert_raises_everywhere,
     ranks,
     run_property,
+    same_node,
 )
 from harness import (
     TRANSPORTS as GPU_TRANSPORTS,
@@ -104,7 +105,9 @@ def check_ipc_refuses_blocks_it_cannot_pair_and_auto_falls_back(comm):
 
     n, rank = comm.Get_size(), comm.Get_rank()
     plans = _split_plans(n)
-    for name in sorted(IPC) if n > 1 else []:  # one rank: the block to itself goes by a scratch copy
+    # One rank, or declared nodes of one rank each: the block to itself goes by a scratch copy, ipc moves nothing.
+    on_one_node = any(same_node(s, d) for s in range(n) for d in range(n) if s != d)
+    for name in sorted(IPC) if on_one_node else []:
         make = lambda t=TRANSPORTS[name]: gridcomm.Transposer(  # noqa: E731
             comm, *plans[rank], cupy.zeros((2 * n, 3), np.uint16), cupy.zeros((3 * n, 2), np.uint16), t
         )
@@ -198,10 +201,11 @@ def check_graph_capture_replays_transposition(comm):
 
 def _pairs(plans: list[tuple[dict, dict]], n: int) -> bool:
     """Whether every block to another rank lands in boxes of the extents it was sent as (what ipc can copy;
-    a rank's block to itself goes through a scratch copy when it does not)."""
+    a rank's block to itself goes through a scratch copy when it does not, and a block to another declared node
+    goes by auto)."""
     for s in range(n):
         for d, boxes in plans[s][0].items():
-            if d == s:
+            if d == s or not same_node(s, d):
                 continue
             there = plans[d][1].get(s, [])
             if [b.shape for b in boxes if b.size] != [b.shape for b in there if b.size]:

@@ -218,3 +218,29 @@ def check_only_one_group_moves_its_peers_halos(comm):
             assert_raises_everywhere(comm, lambda: ex.only(missing).__enter__(), gridcomm.ArgumentError, missing)
         d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)
+
+
+def check_a_mapping_binds_a_plan_with_no_peers(comm):
+    """A transposition where every rank keeps its own block (no rank has a peer), with a mapping whose "node"
+    transport reaches one node: it binds on every rank however the ranks are spread over nodes (nothing crosses
+    them), and each rank's block lands."""
+    node = "ipc" if ON_GPU else "cma"
+    problems = []
+    with gridcomm.Communicator(comm) as gc:
+        xp = np
+        if ON_GPU:
+            import cupy as xp
+        p, r = gc.size, gc.rank
+        counts = [3 if q == r else 0 for q in range(p)]
+        source = xp.asarray(np.arange(12, dtype=np.float64).reshape(3, 4) + 100 * r)
+        destination = xp.zeros_like(source)
+        try:
+            with Transposer.from_counts(gc, counts, None, counts, None, source, destination, {"node": node}) as t:
+                t.exchange()
+        except TransportError as error:
+            problems.append(f"refused: {error}")
+        else:
+            got = np.asarray(destination.get() if ON_GPU else destination)
+            if not np.array_equal(got, np.asarray(source.get() if ON_GPU else source)):
+                problems.append("the rank's own block did not land")
+    assert_everywhere(comm, "\n".join(problems) or None)

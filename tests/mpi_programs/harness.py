@@ -67,6 +67,15 @@ if 0 < _PER_NODE < MPI.COMM_WORLD.Get_size():
         {k: _within_nodes(v) for k, v in d.items()}
         for d in (HOST_TRANSPORTS, TRANSPORTS, TRANSPORT_CHOICES, BOX_TRANSPORTS)
     )
+
+
+def same_node(a: int, b: int) -> bool:
+    """Whether ranks ``a`` and ``b`` (of MPI.COMM_WORLD, or of a communicator of its first ranks) are on one
+    node as declared above: where they are not, a transport of one node named in TRANSPORTS moves nothing
+    between them (auto does)."""
+    return not 0 < _PER_NODE < MPI.COMM_WORLD.Get_size() or a // _PER_NODE == b // _PER_NODE
+
+
 # GRIDCOMM_CHECK_TRANSPORTS (comma-separated keys) keeps only those transports, e.g. "staged,ipc" for several
 # ranks sharing one GPU (NCCL refuses two ranks on one device).
 if os.environ.get("GRIDCOMM_CHECK_TRANSPORTS"):

@@ -76,8 +76,8 @@ class Transport(ABC):
     #: True when an exchange needs no host work between its launches, so it can be captured in a CUDA graph.
     graph_capturable: ClassVar[bool] = False
     #: True when eager exchanges may replay a graph of their own (``BoundExchange.replay``): captured, and a silent
-    #: peer ends the exchange on the GPU by itself. Not nccl: it must then abort its communicator, and the abort
-    #: waits forever for a graph that used the communicator while that graph's kernels spin.
+    #: peer ends the exchange on the GPU by itself. Not nccl: it must then abort its communicator, the abort waits
+    #: until the graph is destroyed, and destroying it waits for the replay that spins until the abort.
     replayable: ClassVar[bool] = False
 
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:

@@ -268,11 +268,11 @@ class _IpcChannel(GpuWaitChannel):
         self._destinations = [m.peer for m in layout.sends]
         self._sources = [m.peer for m in layout.recvs]
         flag_addresses = np.zeros(comm.size, dtype=np.uint64)
-        for r in sorted(set(self._destinations) | set(self._sources)):
-            flag_addresses[r] = self._mapped(everyone[r][0])
         self._rows = Descriptors(cupy)
         self._rows_of: list[range] = []
         try:
+            for r in sorted(set(self._destinations) | set(self._sources)):
+                flag_addresses[r] = self._mapped(everyone[r][0])
             for message in layout.sends:
                 first = len(self._rows.rows)
                 shapes_there, selections_there, offset_there = their[message.peer]
@@ -285,6 +285,14 @@ class _IpcChannel(GpuWaitChannel):
             problem = None
         except ValueError as error:
             problem = f"rank {comm.rank}: {error}"
+        except cupy.cuda.runtime.CUDARuntimeError as error:
+            problem = f"rank {comm.rank}: CUDA could not map a peer's GPU memory ({error})"
+            if "AlreadyMapped" in str(error):  # a CUDA-aware MPI maps the peers' buffers it moved, and keeps them
+                problem += (
+                    ": another library in this process mapped that allocation first, e.g. a CUDA-aware MPI that "
+                    "moved these arrays (for Open MPI set OMPI_MCA_btl_smcuda_use_cuda_ipc=0, or keep the arrays "
+                    "ipc moves out of MPI calls)"
+                )
         raise_if_any(comm.mpi, problem, TransportError, self._unmap)
         self._peer_flags = cupy.asarray(flag_addresses)
         self._destination_ranks = cupy.asarray(np.array(self._destinations or [0], dtype=np.int32))
@@ -307,8 +315,9 @@ class _IpcChannel(GpuWaitChannel):
         if exported is None:
             return 0
         handle, offset = exported
+        address = _MAPPINGS.open(handle)  # raises where CUDA refuses: then there is nothing to close
         self._handles.append(handle)
-        return _MAPPINGS.open(handle) + offset
+        return address + offset
 
     def _unmap(self) -> None:
         for handle in self._handles:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from ..comm import Communicator
 from ..errors import ArgumentError, GridcommTimeout
-from ..mpilib import mpi_cuda_aware
+from ..mpilib import mpi_cuda_aware, mpi_library_version
 from .base import Channel, PackerKind, Transport, poll_until
 
 
@@ -46,6 +46,14 @@ class MpiTransport(Transport):
                 "says no, or the CUDA driver does not load); handing it device pointers would crash it. Use "
                 "transport='staged' or 'nccl', or an MPI built with CUDA (docs/installation.md, 'A CUDA-aware "
                 "MPI'; set GRIDCOMM_MPI_CUDA_AWARE=1 only if you know it is)"
+            )
+        if on_device and self.method == "neighbor" and mpi_library_version().startswith("Open MPI"):
+            # Its CUDA support covers point-to-point and blocking collectives, not coll/libnbc's non-blocking
+            # ones: MPI_Ineighbor_alltoallw on device buffers segfaulted in opal_convertor_pack (Open MPI 4.1.4).
+            return (
+                "Open MPI's neighbourhood collectives do not take GPU memory (its CUDA support covers "
+                "point-to-point and blocking collectives); use MpiTransport(method='p2p'), the default, for GPU "
+                "fields"
             )
         return None
 

@@ -40,6 +40,9 @@ class NcclTransport(Transport):
     name = "nccl"
     memories = frozenset({"device"})
     graph_capturable = True
+    # Not replayable (Transport.replayable): NCCL's abort waits until every graph that used the communicator is
+    # destroyed, and destroying a graph waits for its replay in flight, which spins until the abort: a silent
+    # peer deadlocked a replaying rank (2 x H100, 2026-11-26).
 
     def local_reason(self, on_device: bool) -> str | None:
         if (reason := super().local_reason(on_device)) is not None:
@@ -212,6 +215,10 @@ class _NcclChannel(Channel):
         kernels would spin forever; aborted, they end and the GPU is free again. It cannot be used afterwards."""
         if self._aborted:
             return
+        # NCCL's abort waits until every graph that used the communicator is destroyed: free the captured ones
+        # first (one being replayed cannot be freed before the abort ends its kernels: capture() says so).
+        for graph in list(self._owner.graphs):
+            graph.close()
         self._owner.nccl = None
         self._comm.abort()
         peers = sorted({p for _, _, p in self._recvs})

@@ -106,12 +106,13 @@ def plot_transfer(payload: dict[str, Any], png: Path) -> Path:
     beside NCCL's send/recv and the peer-copy ceilings."""
     rows = payload["results"]
     fig, (latency, bandwidth) = panels_figure(2)
-    x = [r["bytes_per_peer"] for r in rows]
     for name in rows[0]["times"]:
         nccl = name.startswith(("nccl", "torch"))
         style = "--" if nccl else "k:" if name.startswith(("peer copy", "pinned copy", "host MPI")) else "o-"
-        latency.loglog(x, [r["times"][name]["median_s"] * 1e6 for r in rows], style, label=name)
-        bandwidth.semilogx(x, [r["GBps"][name] for r in rows], style, label=name)
+        timed = [r for r in rows if name in r["times"]]  # a transport refused at a later size stops there
+        xs = [r["bytes_per_peer"] for r in timed]
+        latency.loglog(xs, [r["times"][name]["median_s"] * 1e6 for r in timed], style, label=name)
+        bandwidth.semilogx(xs, [r["GBps"][name] for r in timed], style, label=name)
     nominal = payload.get("config", {}).get("nvlink_nominal_GBps")
     if nominal:
         bandwidth.axhline(nominal, color="grey", lw=0.8, label="NVLink nominal")

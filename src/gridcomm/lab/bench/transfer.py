@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...comm import Communicator
+from ...errors import TransportError
 from ...transports import LABELLED, Transport, mixes, usable
 from ...transpose import Transposer
 from .ceilings import (
@@ -92,9 +93,10 @@ def run_transfer(
     buffers = PeerBuffers(comm, max(sizes))
     no_torch = torch_process_group(comm)
     nominal = comm.mpi.allgather(nvlink_nominal_gbps())
-    shared = {
+    shared: dict[str, Any] = {
         "nvlink_nominal_GBps": min(nominal) if all(nominal) else None,
         "torch_missing": no_torch,
+        "refused": {},  # transport -> why it could not bind (TransportError, raised on every rank together)
     }
     rows = []
     for nbytes in sizes:
@@ -102,8 +104,15 @@ def run_transfer(
         destination = cupy.zeros(comm.size * nbytes, dtype=np.uint8)
         timings: dict[str, Any] = {}
         for name, transport in transports.items():
+            if name in shared["refused"]:
+                continue
             destination.fill(0)  # each transport must deliver on its own
-            with block_transposer(comm, nbytes, source, destination, transport) as transposer:
+            try:
+                transposer = block_transposer(comm, nbytes, source, destination, transport)
+            except TransportError as error:  # e.g. ipc where a CUDA-aware MPI mapped the buffers first
+                shared["refused"][name] = str(error)
+                continue
+            with transposer:
                 timings.update(time_exchanger(comm, transposer, name, samples))
                 timings.update(time_groups_alone(comm, transposer, name, samples))
             _check_received(comm, destination, nbytes, peers)

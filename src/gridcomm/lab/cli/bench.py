@@ -343,7 +343,11 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
         body = [
             [bytes_text(r["bytes_per_peer"])]
             + [
-                f"{r['times'][n]['median_s'] * 1e6:.1f} µs" if r["bytes_per_peer"] < 1 << 20 else f"{r['GBps'][n]:.0f}"
+                "-"  # refused at a later size (shared["refused"])
+                if n not in r["times"]
+                else f"{r['times'][n]['median_s'] * 1e6:.1f} µs"
+                if r["bytes_per_peer"] < 1 << 20
+                else f"{r['GBps'][n]:.0f}"
                 for n in names
             ]
             + [f"{r['ceiling_GBps']:.0f}"]
@@ -365,6 +369,8 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
         console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best", *staged_column], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
+        for name, why in shared["refused"].items():
+            console.print(f"[yellow]{name} not timed[/yellow]: {why}")
         say_written(path, png)
 
 

@@ -72,9 +72,22 @@ def _declared_ranks_per_node() -> int | None:
 TRANSPORT_SETTINGS = ("OMPI_MCA_", "MPICH_", "MPIR_CVAR_", "UCX_", "NCCL_", "NVSHMEM_", "GRIDCOMM_")
 
 
+#: What Open MPI's launcher sets in every rank to describe the launch itself (job ids, addresses, session
+#: folders), not how data moves: left out of the record.
+LAUNCHER_SETTINGS = (
+    "OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_plm", "OMPI_MCA_initial_wdir",
+    "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "GRIDCOMM_MPIEXEC",
+)  # fmt: skip
+
+
 def transport_settings() -> dict[str, str]:
-    """The environment variables of TRANSPORT_SETTINGS set in this process, sorted by name."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(TRANSPORT_SETTINGS)}
+    """The environment variables of TRANSPORT_SETTINGS set in this process (LAUNCHER_SETTINGS left out), sorted
+    by name."""
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(TRANSPORT_SETTINGS) and not k.startswith(LAUNCHER_SETTINGS)
+    }
 
 
 def machine_info(nranks: int, gpus_used: int = 0) -> dict[str, Any]:
