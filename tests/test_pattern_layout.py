@@ -346,3 +346,70 @@ def test_own_copier_copies_a_block_of_a_1d_array_into_a_box_in_chunks(order):
     back = np.zeros_like(flat)
     OwnCopier([spec], [field], [back], [PeerPlan(0, (box,), (Box((10,), (82,)),))]).copy()
     np.testing.assert_array_equal(back[10:82], flat[20:92])
+
+
+# -- messages moved from and into the arrays themselves (nccl's direct messages) ------------------------------
+
+
+def _message(peer: int, *segments: tuple[int, object, int]) -> object:
+    from gridcomm.packing.layout import PeerMessage, Segment
+
+    parts = tuple(Segment(field, sel, 0, nbytes) for field, sel, nbytes in segments)
+    return PeerMessage(peer, 0, sum(s.nbytes for s in parts), parts)
+
+
+def test_a_message_is_a_range_of_its_array_only_where_it_lies_as_one():
+    """Whole rows of a C-order array, or a block of a 1-D one: (address, bytes); a box cut inside its rows, the
+    same box of a Fortran-order array, two selections, rows picked by index: None (packed instead)."""
+    from gridcomm import Rows
+    from gridcomm.packing.table import address, message_range
+
+    a = np.zeros((10, 4))
+    c, f = FieldSpec(np.dtype("f8"), "C"), FieldSpec(np.dtype("f8"), "F")
+    rows = Box((2, 0), (5, 4))
+    assert message_range(_message(1, (0, rows, 96)), [c], [a]) == (address(a) + 2 * 4 * 8, 96)
+    b = np.zeros(10)
+    assert message_range(_message(1, (0, Box((3,), (7,)), 32)), [c], [b]) == (address(b) + 24, 32)
+    assert message_range(_message(1, (0, Box((2, 1), (5, 3)), 48)), [c], [a]) is None
+    assert message_range(_message(1, (0, rows, 96)), [f], [np.asfortranarray(a)]) is None
+    assert message_range(_message(1, (0, rows, 96), (0, Box((6, 0), (7, 4)), 32)), [c], [a]) is None
+    assert message_range(_message(1, (0, Rows(np.array([1, 2])), 64)), [c], [a]) is None
+
+
+class _Told:
+    """A stand-in communicator of ``size`` ranks whose alltoall answers what the peers would tell this rank."""
+
+    def __init__(self, size: int, answers: list[tuple[bool, bool]]) -> None:
+        self.size, self.answers, self.sent = size, answers, None
+        self.mpi = self
+
+    def alltoall(self, sent: list[tuple[bool, bool]]) -> list[tuple[bool, bool]]:
+        self.sent = sent
+        return self.answers
+
+
+def _packer(layout: Layout, sources: list, destinations: list) -> object:
+    import types
+
+    return types.SimpleNamespace(layout=layout, sources=sources, destinations=destinations)
+
+
+def test_direct_messages_are_agreed_with_each_peer_and_never_overlap():
+    """A message goes without the buffers only where both ends of the pair lie as one range (each rank tells
+    its peers what it can), and nowhere where what a rank sends from overlaps what it receives into."""
+    from gridcomm.packing.table import address
+    from gridcomm.transports.nccl import direct_messages
+
+    c = FieldSpec(np.dtype("f8"), "C")
+    source, destination = np.zeros(8), np.zeros(8)
+    block = lambda peer: _message(peer, (0, Box((4 * peer,), (4 * peer + 4,)), 32))  # noqa: E731
+    layout = Layout((c,), (block(1),), (block(1),), 32, 32)
+    comm = _Told(2, [(False, False), (True, True)])  # rank 1 sends to me and receives from me from its arrays
+    sends, recvs = direct_messages(comm, _packer(layout, [source], [destination]))
+    assert sends == {0: (address(source) + 32, 32)} and recvs == {0: (address(destination) + 32, 32)}
+    assert comm.sent == [(False, False), (True, True)]
+    comm = _Told(2, [(False, False), (True, False)])  # rank 1 receives from me into its buffer: I pack for it
+    assert direct_messages(comm, _packer(layout, [source], [destination])) == ({}, {0: (address(destination) + 32, 32)})
+    comm = _Told(2, [(False, False), (True, True)])
+    assert direct_messages(comm, _packer(layout, [source], [source])) == ({}, {})  # transposed into itself
+    assert comm.sent == [(False, False), (False, False)]  # and the peer is told so

@@ -247,3 +247,35 @@ def check_random_alltoallv_match_serial_reference(comm):
 
 if __name__ == "__main__":
     raise SystemExit("run through runner.py: mpiexec -n N python runner.py checks_gpu_transpose")
+
+
+def check_nccl_moves_whole_blocks_from_and_into_the_arrays(comm):
+    """nccl sends each rank's block of a 1-D array straight from the source and receives it straight into the
+    destination (no pack, no unpack: every message direct); "nccl/direct=0" moves them through the buffers;
+    both bitwise right, the same for blocks of whole rows of a 2-D array."""
+    import cupy
+
+    from gridcomm.transports import NcclTransport
+
+    if "nccl" not in TRANSPORTS or comm.Get_size() < 2:
+        return
+    problems = []
+    n, p, r = 5, comm.Get_size(), comm.Get_rank()
+    rows = np.arange(n * p)
+    # Rank r sends rows [q n, (q + 1) n) of its source to rank q, which receives them into rows [r n, (r + 1) n).
+    want = (1000 * (rows // n) + r * n + rows % n).astype(np.float64)
+    for trailing in ((), (3,)):
+        shape = (n * p, *trailing)
+        for transport, direct in ((NcclTransport(), p - 1), (NcclTransport(direct=False), 0)):
+            column = (1000.0 * r + rows).reshape(-1, *[1] * len(trailing))
+            source = cupy.asarray(np.broadcast_to(column, shape))
+            destination = cupy.full(shape, -1.0)
+            counts = [n] * p
+            with gridcomm.Transposer.from_counts(comm, counts, None, counts, None, source, destination, transport) as t:
+                t.exchange()
+                moved = t._groups[0].channel.direct
+            if moved != (direct, direct):
+                problems.append(f"{transport}, shape {shape}: {moved} messages direct, expected {direct} each way")
+            if not np.array_equal(destination.get(), np.broadcast_to(want.reshape(-1, *[1] * len(trailing)), shape)):
+                problems.append(f"{transport}, shape {shape}: the blocks landed wrong")
+    assert_everywhere(comm, "\n".join(problems) or None)

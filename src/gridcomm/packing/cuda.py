@@ -9,7 +9,7 @@ copies what a rank sends itself straight from field to field) in one launch and 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +143,27 @@ class CudaPacker(BufferedMessages):
         self.send_buffer = device_allocation(layout.send_nbytes)
         self.recv_buffer = device_allocation(layout.recv_nbytes) if recv_buffer is None else recv_buffer
         self.local_nbytes = local.send_nbytes if local is not None else 0
-        pack = Descriptors(cupy)
-        pack.messages(layout.sends, layout.fields, fields, self.send_buffer.data.ptr, into=True)
-        pack.local(local, fields, received)
-        unpack = Descriptors(cupy)
-        unpack.messages(layout.recvs, layout.fields, received, self.recv_buffer.data.ptr, into=False)
-        self._pack, self._unpack = SegmentTable(pack), SegmentTable(unpack)
+        self.sources, self.destinations, self._local = list(fields), list(received), local
+        self._tables(frozenset(), frozenset())
         self.stream: Any = None
+
+    def leave_out(self, sends: Collection[int], recvs: Collection[int]) -> None:
+        """Pack no send message of index in ``sends`` and unpack no receive message of index in ``recvs``: the
+        transport moves those from and into the arrays themselves (``table.message_range``)."""
+        self._tables(frozenset(sends), frozenset(recvs))
+
+    def _tables(self, sends: frozenset[int], recvs: frozenset[int]) -> None:
+        import cupy
+
+        layout = self.layout
+        pack = Descriptors(cupy)
+        packed = [m for i, m in enumerate(layout.sends) if i not in sends]
+        pack.messages(packed, layout.fields, self.sources, self.send_buffer.data.ptr, into=True)
+        pack.local(self._local, self.sources, self.destinations)
+        unpack = Descriptors(cupy)
+        unpacked = [m for i, m in enumerate(layout.recvs) if i not in recvs]
+        unpack.messages(unpacked, layout.fields, self.destinations, self.recv_buffer.data.ptr, into=False)
+        self._pack, self._unpack = SegmentTable(pack), SegmentTable(unpack)
 
     def pack(self) -> None:
         """Enqueue the pack launch on ``self.stream`` (None: the current stream)."""

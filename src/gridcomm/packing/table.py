@@ -35,6 +35,23 @@ def address(a: Any) -> int:
     return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
 
 
+def message_range(message: PeerMessage, specs: Sequence[FieldSpec], arrays: Sequence[Any]) -> tuple[int, int] | None:
+    """(address, bytes) of ``message`` in its array where it is one selection lying there as one contiguous
+    range (a block of a 1-D array, whole rows of a C-order one): it can then be sent from, or received into,
+    the array itself, with no pack or unpack; else None."""
+    if len(message.segments) != 1:
+        return None
+    segment = message.segments[0]
+    array = arrays[segment.field]
+    try:
+        grid = run_grid(array.shape, specs[segment.field], segment.selection)
+    except ValueError:  # not runs of one grid: never one range
+        return None
+    if grid.n0 * grid.n1 != 1 or grid.index is not None or not segment.nbytes:
+        return None
+    return address(array) + grid.start, segment.nbytes
+
+
 class Descriptors:
     """Descriptor rows under construction, and the index arrays they point at (kept alive), for arrays of
     module ``xp`` (CuPy for the kernels; NumPy where the tests replay a table on the host)."""

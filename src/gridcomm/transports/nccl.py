@@ -20,8 +20,9 @@ from typing import Any
 
 from ..comm import Communicator
 from ..device import gpu_count
-from ..errors import GridcommError, GridcommTimeout
+from ..errors import ArgumentError, GridcommError, GridcommTimeout
 from ..gpu import nccl_communicator
+from ..packing.table import message_range
 from .base import Channel, PackerKind, Transport, poll_until
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,15 @@ WATCH_INTERVAL_S = 0.005
 
 @dataclass(frozen=True)
 class NcclTransport(Transport):
-    """NCCL point-to-point (``cupy.cuda.nccl``), bootstrapped over MPI; graph-capturable."""
+    """NCCL point-to-point (``cupy.cuda.nccl``), bootstrapped over MPI; graph-capturable.
 
+    Args:
+        direct: send and receive a message that lies as one contiguous range in its array on both sides (a
+            block of a transposition, whole rows of a C-order field) from and into the arrays themselves, with
+            no pack or unpack (``"nccl/direct=0"``: every message through the buffers).
+    """
+
+    direct: bool = True
     name = "nccl"
     memories = frozenset({"device"})
     graph_capturable = True
@@ -56,8 +64,12 @@ class NcclTransport(Transport):
     def packer_kind(self, on_device: bool) -> PackerKind:
         return "copy"
 
+    def __post_init__(self) -> None:
+        if self.direct not in (True, False):  # 0 and 1 too: a label's "direct=0"
+            raise ArgumentError(f"NcclTransport(direct={self.direct!r}): give True or False")
+
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
-        return _NcclChannel(comm, packer)
+        return _NcclChannel(comm, packer, bool(self.direct))
 
 
 class _Watchdog:
@@ -102,8 +114,29 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+def direct_messages(comm: Communicator, packer: Any) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+    """Collective: the send and the receive messages (by index: (address, bytes)) that move from and into the
+    arrays themselves (``table.message_range`` on both sides of the pair, agreed with each peer: NCCL pairs a
+    send with a receive of as many bytes). None where the ranges a rank would send from and receive into overlap
+    (an array transposed into itself): NCCL's kernel would read what it writes."""
+    layout = packer.layout
+    sends = {m.peer: (i, message_range(m, layout.fields, packer.sources)) for i, m in enumerate(layout.sends)}
+    recvs = {m.peer: (i, message_range(m, layout.fields, packer.destinations)) for i, m in enumerate(layout.recvs)}
+    read = [r for _, r in sends.values() if r is not None]
+    written = [r for _, r in recvs.values() if r is not None]
+    if any(a < b + n and b < a + m for a, m in read for b, n in written):
+        sends, recvs = {}, {}
+    # What each peer can do for this pair: (it sends to me from its array, it receives from me into its array).
+    told = comm.mpi.alltoall(
+        [(p in sends and sends[p][1] is not None, p in recvs and recvs[p][1] is not None) for p in range(comm.size)]
+    )
+    direct_sends = {i: r for p, (i, r) in sends.items() if r is not None and told[p][1]}
+    direct_recvs = {i: r for p, (i, r) in recvs.items() if r is not None and told[p][0]}
+    return direct_sends, direct_recvs
+
+
 class _NcclChannel(Channel):
-    def __init__(self, comm: Communicator, packer: Any) -> None:
+    def __init__(self, comm: Communicator, packer: Any, direct: bool = True) -> None:
         import cupy
         from cupy.cuda import nccl
 
@@ -113,6 +146,13 @@ class _NcclChannel(Channel):
         layout = packer.layout
         self._sends = [(packer.send_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.sends)]
         self._recvs = [(packer.recv_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.recvs)]
+        # Messages that lie whole in their arrays on both sides move from and into them: no pack, no unpack.
+        sends, recvs = direct_messages(comm, packer) if direct and hasattr(packer, "leave_out") else ({}, {})
+        if sends or recvs:
+            packer.leave_out(sends, recvs)
+            self._sends = [(*sends[i], p) if i in sends else (a, n, p) for i, (a, n, p) in enumerate(self._sends)]
+            self._recvs = [(*recvs[i], p) if i in recvs else (a, n, p) for i, (a, n, p) in enumerate(self._recvs)]
+        self.direct = (len(sends), len(recvs))  # messages moved without the buffers: (sends, receives)
         self._cupy = cupy
         self._device = cupy.cuda.Device().id  # the watchdog's thread queries the events on this device
         # Under _WATCHDOG.lock: the exchanges in flight, oldest first, as (event, operation, timeout); since when
