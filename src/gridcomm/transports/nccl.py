@@ -84,6 +84,8 @@ class _Watchdog:
 
     def watch(self, channel: _NcclChannel) -> None:
         """Look at ``channel`` until it has nothing in flight (call with ``lock`` held)."""
+        if channel in self._watched:  # looked at already: the thread is awake (waking it costs the caller µs)
+            return
         self._watched.add(channel)
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="gridcomm-nccl-watchdog", daemon=True)
