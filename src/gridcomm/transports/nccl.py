@@ -172,7 +172,8 @@ class _NcclChannel(Channel):
         warm_up.synchronize()
 
     def _usable(self) -> None:
-        self._raise_timeout()
+        if self._timed_out is not None:  # read without the lock (it is called 3 times an exchange): a timeout
+            self._raise_timeout()  # the watchdog sets just after this read is raised by the next call
         if self._aborted:
             raise GridcommError(
                 f"rank {self._owner.rank}: this exchanger's NCCL communicator was aborted after {self._aborted}; "
@@ -205,14 +206,13 @@ class _NcclChannel(Channel):
         stream = stream if stream is not None else self._cupy.cuda.get_current_stream()
         if stream.is_capturing() or not (self._recvs or self._sends):
             return
-        with _WATCHDOG.lock:
-            event = self._free_events.pop() if self._free_events else None
-        if event is None:
-            event = self._cupy.cuda.Event(block=False, disable_timing=True)
-        event.record(stream)
         pinned = getattr(operation, "pinned", None)  # the exchange's name with its number as it is now
         named = pinned() if pinned is not None else operation
-        with _WATCHDOG.lock:
+        with _WATCHDOG.lock:  # taken once an exchange: an event reused (or made), recorded, handed over
+            event = self._free_events.pop() if self._free_events else None
+            if event is None:
+                event = self._cupy.cuda.Event(block=False, disable_timing=True)
+            event.record(stream)
             if not self._in_flight:
                 self._oldest_since = time.monotonic()
             self._in_flight.append((event, named, timeout))
