@@ -343,7 +343,7 @@ def _fake_nccl_channel(monkeypatch, events_done: bool):
     channel = object.__new__(nccl_transport._NcclChannel)
     channel.__dict__.update(
         _cupy=types.SimpleNamespace(cuda=cuda), _device=0, _comm=Comm(),
-        _owner=types.SimpleNamespace(rank=0, nccl="shared", graphs={Graph()}),
+        _owner=types.SimpleNamespace(rank=0, nccl="shared", release_graphs=Graph().close),
         _sends=[(0, 8, 1)], _recvs=[(0, 8, 1)], _in_flight=collections.deque(),
         _oldest_since=0.0, _free_events=[], _timed_out=None, _aborted="",
     )  # fmt: skip

@@ -295,12 +295,17 @@ class Communicator:
         self._next_tag += 1
         return tag
 
+    def release_graphs(self) -> None:
+        """Free every exchange captured over this communicator (their ``launch`` raises afterwards): NCCL frees
+        or aborts a communicator only once no graph that used it lives."""
+        for graph in list(self.graphs):
+            graph.close()
+
     def close(self) -> None:
         """Free the duplicated communicator (collective)."""
         from mpi4py import MPI
 
-        for graph in list(self.graphs):  # NCCL frees a communicator only once no graph that used it lives
-            graph.close()
+        self.release_graphs()
         nccl, self.nccl = self.nccl, None
         if nccl is not None:
             nccl.destroy()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 # Waits shorter than this spin (yielding the core); longer ones sleep between tests. MPI moves large
 # messages in chunks, each needing a test on both sides, so sleeping early would stall every chunk.
@@ -32,13 +31,3 @@ def poll_until(done: Callable[[], bool], timeout: float, on_timeout: Callable[[f
             os.sched_yield()
         else:
             time.sleep(_SLEEP_S)
-
-
-def wait_on_stream(stream: Any, event: Any, timeout: float, on_timeout: Callable[[float], Exception]) -> None:
-    """Record ``event`` on ``stream`` and wait on the host until the GPU has reached it, or raise
-    ``on_timeout(elapsed)``; nothing while ``stream`` is being captured into a CUDA graph (the graph's
-    replays are waited for by whoever launches them)."""
-    if stream.is_capturing():
-        return
-    event.record(stream)
-    poll_until(lambda: event.done, timeout, on_timeout)

@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
 from ..comm import Communicator
-from ..waiting import poll_until, wait_on_stream
+from ..waiting import poll_until
 
-__all__ = ["Channel", "PackerKind", "Transport", "other_nodes", "poll_until", "wait_on_stream"]
+__all__ = ["Channel", "PackerKind", "Transport", "other_nodes", "poll_until"]
 
 PackerKind = Literal["copy", "datatype", "direct"]
 

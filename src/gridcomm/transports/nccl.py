@@ -257,10 +257,8 @@ class _NcclChannel(Channel):
         kernels would spin forever; aborted, they end and the GPU is free again. It cannot be used afterwards."""
         if self._aborted:
             return
-        # NCCL's abort waits until every graph that used the communicator is destroyed: free the captured ones
-        # first (one being replayed cannot be freed before the abort ends its kernels: capture() says so).
-        for graph in list(self._owner.graphs):
-            graph.close()
+        # A graph being replayed cannot be freed before the abort ends its kernels: capture() says so.
+        self._owner.release_graphs()
         self._owner.nccl = None
         self._comm.abort()
         peers = sorted({p for _, _, p in self._recvs})
