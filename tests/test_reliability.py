@@ -303,10 +303,10 @@ def test_gpu_side_waits_are_stream_ordered():
     channel.wait(1.0, "halo exchange #3", stream=object())  # reported once
 
 
-def _fake_nccl_channel(monkeypatch, events_done: bool):
+def _fake_nccl_channel(monkeypatch, events_done: bool, handle: int | None = None):
     """An nccl channel over fakes (no GPU, no NCCL): events whose ``done`` the test sets, a communicator that
     counts its aborts, one peer each way, and a graph captured over it (``Comm.log`` says what happened in
-    which order)."""
+    which order); ``handle``: the raw communicator an abort without the GIL would take (None: CuPy's abort)."""
     import collections
     import types
     import typing
@@ -341,9 +341,10 @@ def _fake_nccl_channel(monkeypatch, events_done: bool):
     )
     monkeypatch.setattr(nccl_transport, "WATCH_INTERVAL_S", 0.001)
     channel = object.__new__(nccl_transport._NcclChannel)
+    comm = Comm()
     channel.__dict__.update(
-        _cupy=types.SimpleNamespace(cuda=cuda), _device=0, _comm=Comm(),
-        _owner=types.SimpleNamespace(rank=0, nccl="shared", release_graphs=Graph().close),
+        _cupy=types.SimpleNamespace(cuda=cuda), _device=0, _comm=comm, _handle=handle,
+        _owner=types.SimpleNamespace(rank=0, nccl=comm, release_graphs=Graph().close),
         _sends=[(0, 8, 1)], _recvs=[(0, 8, 1)], _in_flight=collections.deque(),
         _oldest_since=0.0, _free_events=[], _timed_out=None, _aborted="",
     )  # fmt: skip
@@ -383,6 +384,43 @@ def test_nccl_waits_are_stream_ordered_and_a_watchdog_aborts_a_silent_exchange(m
     channel.check("check()")  # raised once
     with pytest.raises(GridcommError, match="aborted after a timeout in halo exchange #7"):
         channel.start(stream)
+
+
+def test_nccl_abort_beside_a_replay_in_flight_frees_its_graphs(monkeypatch):
+    """Where nccl replays a graph of its own, the watchdog starts the abort without the GIL on a thread of its own,
+    then frees the graphs: NCCL's abort raises its flags, which end the replay in flight (only then can its graph
+    be freed), and waits until the graph is freed. Faked with those two waits: no deadlock, and in that order."""
+    import threading
+
+    from gridcomm.errors import GridcommTimeout
+    from gridcomm.transports import nccl as nccl_transport
+    from gridcomm.waiting import poll_until
+
+    channel, stream, comm = _fake_nccl_channel(monkeypatch, events_done=False, handle=0xC0FFEE)
+    flags_up, graph_freed, order = threading.Event(), threading.Event(), []
+
+    def abort_in_background(communicator, raw):
+        def abort() -> None:  # NCCL: flags first, then wait for every graph that captured the communicator
+            order.append(("flags up", raw))
+            flags_up.set()
+            order.append("abort finished" if graph_freed.wait(10.0) else "abort waited for ever")
+
+        thread = threading.Thread(target=abort)
+        thread.start()
+        return thread
+
+    def free_graphs() -> None:  # CUDA: a graph is freed once its replay in flight has ended
+        order.append("graph freed" if flags_up.wait(10.0) else "graph free waited for ever")
+        graph_freed.set()
+
+    monkeypatch.setattr(nccl_transport.nccl_abort, "abort_in_background", abort_in_background)
+    channel._owner.release_graphs = free_graphs
+    channel.wait(0.05, "halo exchange #3", stream)
+    poll_until(lambda: len(order) == 3, 60.0, lambda elapsed: AssertionError(f"the watchdog stopped at {order}"))
+    assert order == [("flags up", 0xC0FFEE), "graph freed", "abort finished"]
+    assert comm.aborts == 0 and channel._owner.nccl is None  # CuPy's abort (with the GIL) was not called
+    with pytest.raises(GridcommTimeout, match=r"halo exchange #3 \(nccl; communicator aborted\)"):
+        channel.check("check()")
 
 
 def test_nccl_host_runs_at_most_max_ahead_exchanges_ahead(monkeypatch):

@@ -553,13 +553,15 @@ class BoundExchange:
 
     @property
     def _can_replay(self) -> bool:
-        return self.on_device and self.transport.replayable and not self.validate
+        replayable = all(group.channel.replayable for group in self._groups)
+        return self.on_device and self.transport.replayable and replayable and not self.validate
 
     @property
     def replay(self) -> bool:
         """Whether ``start()`` launches a CUDA graph of the whole exchange, captured at its first call (GPU
-        fields, a transport whose waits give up on the GPU: ipc, nvshmem; no validation), instead of enqueueing
-        each part from Python. Default: ``GRIDCOMM_REPLAY`` (1)."""
+        fields, a transport whose silent peers cannot hang a replay: ipc, nvshmem, and nccl where its abort can run
+        beside the replay; no validation), instead of enqueueing each part from Python. Default:
+        ``GRIDCOMM_REPLAY`` (1)."""
         return self._replay
 
     @replay.setter
@@ -567,7 +569,8 @@ class BoundExchange:
         if value and not self._can_replay:
             raise GridcommError(
                 f"{type(self).__name__} over {self.transport.name!r} cannot replay a graph of its own exchange: "
-                "that needs GPU fields, a transport whose waits give up on the GPU (ipc, nvshmem) and no validation"
+                "that needs GPU fields, a transport whose silent peers cannot hang a replay (ipc, nvshmem; nccl "
+                "where its abort can run beside the replay) and no validation"
             )
         self._replay = bool(value)
 
@@ -711,8 +714,8 @@ class BoundExchange:
 
         Capturing ``start(stream)`` and ``wait()`` inside a graph of your own (a whole application step)
         works too; with ``nccl``, delete such graphs before closing the communicator (NCCL waits for them). A
-        peer that falls silent while an nccl graph replays hangs that replay: nothing watches it (the watchdog
-        watches exchanges started eagerly, and NCCL's abort could not end a graph replay in flight)."""
+        peer that falls silent while an nccl graph of yours replays hangs that replay: nothing watches it (the
+        watchdog watches the exchanges started by ``start()``, the exchanger's own replays included)."""
         if self.validate:
             raise GridcommError(
                 "validation mode checks each exchange on the host, which a CUDA graph cannot replay; build this "

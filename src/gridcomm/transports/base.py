@@ -28,6 +28,9 @@ class Channel(ABC):
     # True once the channel has given up on its exchange in flight (nothing will write into its buffers any
     # more), so that the exchanger may be closed without completing it.
     abandoned = False
+    # False where this binding cannot replay a graph of its own although its transport is replayable (nccl where
+    # its communicator cannot be aborted without the GIL).
+    replayable = True
 
     def before_pack(self, stream: Any, timeout: float) -> None:  # noqa: B027 (optional hook)
         """Before the pack is enqueued: make sure the destinations may be written (if the transport must)."""
@@ -76,8 +79,8 @@ class Transport(ABC):
     #: True when an exchange needs no host work between its launches, so it can be captured in a CUDA graph.
     graph_capturable: ClassVar[bool] = False
     #: True when eager exchanges may replay a graph of their own (``BoundExchange.replay``): captured, and a silent
-    #: peer ends the exchange on the GPU by itself. Not nccl: it must then abort its communicator, the abort waits
-    #: until the graph is destroyed, and destroying it waits for the replay that spins until the abort.
+    #: peer ends the exchange on the GPU by itself (ipc, nvshmem) or by an abort that can end a replay in flight
+    #: (nccl: transports/nccl_abort.py; each binding says whether it can, ``Channel.replayable``).
     replayable: ClassVar[bool] = False
 
     def unusable_reason(self, comm: Communicator, on_device: bool) -> str | None:

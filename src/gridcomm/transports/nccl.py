@@ -7,6 +7,10 @@ torch.distributed's) watches each exchange in flight: one whose transfers have n
 after the GPU reached them (after the exchange before it on the channel finished) makes it abort the
 communicator, which frees the GPU; the timeout is raised by the next ``start()``, ``wait()``, ``check()`` or
 ``close()`` on the host, naming that exchange. The host runs at most MAX_AHEAD exchanges ahead of the GPU.
+
+An eager exchange replays a CUDA graph of its own (``BoundExchange.replay``) where the abort can run without
+Python's GIL (nccl_abort): NCCL's abort waits until the graphs that captured the communicator are freed, and they
+can be freed only once the abort has ended their replays, so the abort runs on a thread of its own meanwhile.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..device import gpu_count
 from ..errors import ArgumentError, GridcommError, GridcommTimeout
 from ..gpu import nccl_communicator
 from ..packing.table import message_range
+from . import nccl_abort
 from .base import Channel, PackerKind, Transport, poll_until
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,8 @@ log = logging.getLogger(__name__)
 MAX_AHEAD = 32
 #: Seconds between the watchdog's looks at the exchanges in flight.
 WATCH_INTERVAL_S = 0.005
+#: Seconds the watchdog waits for an abort running beside it (nccl_abort) before it goes on without it.
+ABORT_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,9 @@ class NcclTransport(Transport):
     name = "nccl"
     memories = frozenset({"device"})
     graph_capturable = True
-    # Not replayable (Transport.replayable): NCCL's abort waits until every graph that used the communicator is
-    # destroyed, and destroying a graph waits for its replay in flight, which spins until the abort: a silent
-    # peer deadlocked a replaying rank (2 x H100, 2026-11-26).
+    # Replayable where its channel can abort without the GIL (module doc; the channel's ``replayable``): with
+    # CuPy's abort, which holds it, a silent peer deadlocked a replaying rank (2 x H100, 2026-11-26).
+    replayable = True
 
     def local_reason(self, on_device: bool) -> str | None:
         if (reason := super().local_reason(on_device)) is not None:
@@ -145,6 +152,8 @@ class _NcclChannel(Channel):
         self._nccl = nccl
         self._owner = comm
         self._comm = nccl_communicator(comm)
+        self._handle = nccl_abort.handle(self._comm)  # None: CuPy's abort, which holds the GIL: no replay
+        self.replayable = self._handle is not None
         layout = packer.layout
         self._sends = [(packer.send_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.sends)]
         self._recvs = [(packer.recv_message(i).data.ptr, m.nbytes, m.peer) for i, m in enumerate(layout.recvs)]
@@ -178,6 +187,11 @@ class _NcclChannel(Channel):
             raise GridcommError(
                 f"rank {self._owner.rank}: this exchanger's NCCL communicator was aborted after {self._aborted}; "
                 "its halos are undefined. Make a new HaloExchanger (NCCL cannot recover an aborted communicator)"
+            )
+        if self._owner.nccl is not self._comm:  # another exchanger over it timed out, or it was closed
+            raise GridcommError(
+                f"rank {self._owner.rank}: the NCCL communicator under this exchanger was aborted (a timeout in "
+                "another exchanger over the same Communicator) or closed; make a new Communicator and exchanger"
             )
 
     def before_pack(self, stream: Any, timeout: float) -> None:
@@ -217,6 +231,8 @@ class _NcclChannel(Channel):
                 self._oldest_since = time.monotonic()
             self._in_flight.append((event, named, timeout))
             _WATCHDOG.watch(self)
+            if len(self._in_flight) > MAX_AHEAD:  # the watchdog forgets finished ones only every WATCH_INTERVAL_S
+                self._forget_finished(time.monotonic())
             ahead = len(self._in_flight) > MAX_AHEAD
         if ahead:
             self._wait_for_oldest()
@@ -241,29 +257,39 @@ class _NcclChannel(Channel):
         communicator if the oldest has outlived its timeout. Whether any exchange is still in flight."""
         if self._in_flight:
             self._cupy.cuda.runtime.setDevice(self._device)  # not the thread's default device 0's context
-        while self._in_flight:
-            event, operation, timeout = self._in_flight[0]
-            if event.done:
-                self._free_events.append(self._in_flight.popleft()[0])
-                self._oldest_since = now
-                continue
+        self._forget_finished(now)
+        if self._in_flight:
+            _, operation, timeout = self._in_flight[0]
             if now - self._oldest_since > timeout:
                 self._give_up(operation, now - self._oldest_since)
-            break
         return bool(self._in_flight)
+
+    def _forget_finished(self, now: float) -> None:
+        """Drop the finished exchanges from the front of the queue, their events kept for the next ones
+        (``_WATCHDOG.lock`` held); the oldest left has been the oldest since ``now``."""
+        while self._in_flight and self._in_flight[0][0].done:
+            self._free_events.append(self._in_flight.popleft()[0])
+            self._oldest_since = now
 
     def _give_up(self, operation: object, elapsed: float) -> None:
         """Abort the communicator (``_WATCHDOG.lock`` held): NCCL cannot say which peer is missing, and its
         kernels would spin forever; aborted, they end and the GPU is free again. It cannot be used afterwards."""
         if self._aborted:
             return
-        # A graph being replayed cannot be freed before the abort ends its kernels: capture() says so.
-        self._owner.release_graphs()
-        self._owner.nccl = None
-        self._comm.abort()
         peers = sorted({p for _, _, p in self._recvs})
+        # Said before the communicator goes: the host's next call raises this timeout, not "aborted elsewhere".
         self._aborted = f"a timeout in {operation}"
         self._timed_out = GridcommTimeout(f"{operation} (nccl; communicator aborted)", self._owner.rank, peers, elapsed)
+        self._owner.nccl = None
+        if self._handle is not None:  # the abort's flags end the replays in flight, then the graphs can go
+            aborting = nccl_abort.abort_in_background(self._comm, self._handle)
+            self._owner.release_graphs()
+            aborting.join(ABORT_WAIT_S)
+            if aborting.is_alive():
+                log.warning("rank %d: NCCL's abort still runs after %.0f s", self._owner.rank, ABORT_WAIT_S)
+        else:  # CuPy's abort holds the GIL: the graphs go first (none replays: capture() says so)
+            self._owner.release_graphs()
+            self._comm.abort()
         self._free_events.extend(e for e, _, _ in self._in_flight)
         self._in_flight.clear()
 

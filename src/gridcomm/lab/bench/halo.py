@@ -27,7 +27,7 @@ import numpy as np
 
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
-from ...errors import GridcommError
+from ...errors import GridcommError, TransportError
 from ...exchange import HaloExchanger
 from ...transports import CmaTransport, MpiTransport, Transport, mixes
 from ..measure.timing import time_interleaved
@@ -216,12 +216,19 @@ def cases(sizes: Sequence[int], field_counts: Sequence[int], levels: int, halo: 
 
 
 def run_gpu_case(
-    comm: Communicator, case: HaloCase, samples: int, transports: Mapping[str, Any], hbm_gbps: float
+    comm: Communicator,
+    case: HaloCase,
+    samples: int,
+    transports: Mapping[str, Any],
+    hbm_gbps: float,
+    refused: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Time each of ``transports`` (label -> transport or mapping, as gpu_variants gives them) for ``case``
     (GPU fields; graph replays too where the transport allows),
     beside NCCL's own grouped send/recv of the same per-peer bytes and the peer-copy ceiling; and the pack
-    and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``."""
+    and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``. A transport
+    that refuses to bind (TransportError, on every rank together) is left out and named in ``refused`` with
+    why, and not tried again in later cases given the same dict."""
     import cupy
 
     from .ceilings import (
@@ -237,8 +244,16 @@ def run_gpu_case(
     fields = _fields(decomposition, case, cupy)
     row, peers, pack_gbps, unpack_gbps = _pack_unpack(comm, case, decomposition, fields, samples)
     timings: dict[str, Any] = {}
+    refused = {} if refused is None else refused
     for name, transport in transports.items():
-        with HaloExchanger(decomposition, fields, transport) as exchanger:
+        if name in refused:
+            continue
+        try:
+            exchanger = HaloExchanger(decomposition, fields, transport)
+        except TransportError as error:  # e.g. ipc where a CUDA-aware MPI mapped the fields first
+            refused[name] = str(error)
+            continue
+        with exchanger:
             timings.update(time_exchanger(comm, exchanger, name, samples))
             timings.update(time_groups_alone(comm, exchanger, name, samples))
     largest = row["bytes_per_peer_max"]  # over all ranks: every rank times the same ceilings

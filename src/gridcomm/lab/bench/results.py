@@ -91,7 +91,8 @@ def plot_halo_gpu(payload: dict[str, Any], png: Path) -> Path:
         for name in mine[0]["times"]:
             style = "k--" if name == "nccl send/recv" else "k:" if name == "peer copy" else "o-"
             label = name if name in ("nccl send/recv", "peer copy") else f"gridcomm {name}"
-            ax.loglog(x, [r["times"][name]["median_s"] * 1e6 for r in mine], style, label=label)
+            timed = [(b, r["times"][name]) for b, r in zip(x, mine, strict=True) if name in r["times"]]
+            ax.loglog([b for b, _ in timed], [t["median_s"] * 1e6 for _, t in timed], style, label=label)
         ax.set(title=f"{count} field(s), {mine[0]['levels']} levels, halo {mine[0]['halo']}")
         ax.set(xlabel=xlabel, ylabel="time per exchange [µs]")
         ax.grid(True, which="both", alpha=0.3)

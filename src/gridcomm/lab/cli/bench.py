@@ -137,9 +137,10 @@ def _bench_halo(
         from ..bench.ceilings import hbm_copy_gbps
 
         variants, hbm = gpu_variants(comm), hbm_copy_gbps(comm)
+        refused: dict[str, str] = {}  # transport -> why it could not bind
 
         def run(case: Any) -> dict[str, Any]:
-            return run_gpu_case(comm, case, samples, variants, hbm)
+            return run_gpu_case(comm, case, samples, variants, hbm, refused)
     else:
         reasons = peer_reasons(comm) if peers else {}
         say_peers(comm, reasons)
@@ -158,9 +159,12 @@ def _bench_halo(
             "samples": samples,
             "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil",
             "peers": {} if gpu else reasons,
+            "refused": refused if gpu else {},
         }
         path, png = save(out, "halo", machine, config, rows, plot_halo_gpu if gpu else plot_halo)
         console.print(_halo_gpu_table(rows) if gpu else _halo_table(rows))
+        for name, why in config["refused"].items():
+            console.print(f"[yellow]{name} not timed[/yellow]: {why}")
         say_written(path, png)
 
 
@@ -264,7 +268,7 @@ def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
     names = list(rows[0]["times"])
     body = []
     for r in rows:
-        times = {n: f"{r['times'][n]['median_s'] * 1e6:.1f}" for n in names if n in r["times"]}
+        times = {n: f"{r['times'][n]['median_s'] * 1e6:.1f}" if n in r["times"] else "-" for n in names}
         cells = [f"[bold]{t}[/]" if n == r["best"] else t for n, t in times.items()]
         ratio = r["best_over_nccl"]
         body.append(
