@@ -87,11 +87,15 @@ def test_model_from_the_committed_results_matches_what_was_measured():
     for grid, (_, levels, t) in inputs.mpdata_1gpu_s.items():
         assert predictions["mpdata"][f"{grid} x {levels}"][1] == t
     (spectral,) = predictions["spectral"].values()
-    assert spectral[1] == pytest.approx(inputs.spectral_1gpu["time_per_step_s"], rel=0.05)
+    # (the model counts the split's phases: on the H100 run they make 94 % of the step)
+    assert spectral[1] == pytest.approx(inputs.spectral_1gpu["time_per_step_s"], rel=0.08)
     # two and four GPUs: every measured point has its prediction, within a factor of 1.5
-    rows = scaling.compare(inputs)
-    assert {r["dwarf"] for r in rows} == {"alltoall", "stencil2d", "spectral"} and len(rows) >= 20
-    assert {r["gpus"] for r in rows} == {2, 4} and {r["gpus"] for r in rows if r["dwarf"] == "spectral"} == {4}
+    rows = scaling.compare(inputs, halo_per_sqrt=8.4)
+    assert {r["dwarf"] for r in rows} == {"alltoall", "stencil2d", "mpdata", "spectral"} and len(rows) >= 20
+    assert {r["gpus"] for r in rows} == {2, 4} and {r["gpus"] for r in rows if r["dwarf"] == "spectral"} == {2, 4}
+    # MPDATA on 2 GPUs beside its one-GPU input of the same session (a report's raw files): strong scaling
+    (mpdata,) = [r for r in rows if r["dwarf"] == "mpdata"]
+    assert mpdata["gpus"] == 2 and mpdata["case"] in predictions["mpdata"]
     assert all(r["case"] in predictions[r["dwarf"]] for r in rows if r["dwarf"] != "alltoall" or r["size"] == 8)
     assert all(1 / 1.5 < r["ratio"] < 1.5 for r in rows), [(r["dwarf"], r["size"], r["ratio"]) for r in rows]
     targets = dict(scaling.targets(predictions))
@@ -99,17 +103,18 @@ def test_model_from_the_committed_results_matches_what_was_measured():
 
 
 def test_a_model_of_another_gpu_takes_that_gpus_runs_only():
-    """--device H100: every input and measured point from the H100 runs; the default stays the newest GPU with
-    every input (H200: no one-GPU MPDATA run was made on an H100)."""
-    assert scaling.load_inputs(RESULTS).device == "NVIDIA H200"
-    inputs = scaling.load_inputs(RESULTS, device="h100")
-    assert inputs.device == "NVIDIA H100 80GB HBM3" and not inputs.mpdata_1gpu_s and inputs.spectral_1gpu
-    rows = scaling.compare(inputs)
+    """--device H200: every input and measured point from the H200 runs; the default is the newest GPU with every
+    input (H100, since its full report of 2026-11-26 ran MPDATA on one GPU). A multi-GPU MPDATA run of an earlier
+    session than the one-GPU input (other kernels) is no point of comparison."""
+    assert scaling.load_inputs(RESULTS).device == "NVIDIA H100 80GB HBM3"
+    inputs = scaling.load_inputs(RESULTS, device="h200")
+    assert inputs.device == "NVIDIA H200" and inputs.mpdata_1gpu_s and inputs.spectral_1gpu
+    rows = scaling.compare(inputs, halo_per_sqrt=8.4)
     assert {r["gpus"] for r in rows if r["dwarf"] == "spectral"} == {4}
+    assert not [r for r in rows if r["dwarf"] == "mpdata"]  # its 2-GPU run is 8 hours older than the input
     assert all(1 / 1.5 < r["ratio"] < 1.5 for r in rows), [(r["dwarf"], r["size"], r["ratio"]) for r in rows]
     assert (
-        set(scaling.measured_curves(RESULTS, "H100")["spectral"])
-        and not scaling.measured_curves(RESULTS, "H100")["mpdata"]
+        set(scaling.measured_curves(RESULTS, "H200")["spectral"]) and scaling.measured_curves(RESULTS, "H200")["mpdata"]
     )
     with pytest.raises(ValueError, match=r"no 2-GPU all-to-all on a GPU named 'A100' \(those with one: NVIDIA"):
         scaling.load_inputs(RESULTS, device="A100")
@@ -119,15 +124,15 @@ def test_measured_curves_join_the_runs_of_each_gpu_count():
     curves = scaling.measured_curves(RESULTS)
     graph = curves["stencil2d"]["n = 64, graph (ipc)"]
     assert set(graph) >= {1, 2} and all(0 < t < 1e-3 for t in graph.values())
-    assert any(label.startswith("O1280, ") for label in curves["mpdata"])
+    assert any(label.startswith("O1024, ") for label in curves["mpdata"])  # the largest grid the H100s ran
     assert all(set(c) <= {2, 4} for c in curves["alltoall"].values())  # run on 2 and 4 GPUs
-    assert set(curves["alltoall"]["128 MiB, ipc graph"]) == {2, 4}
+    assert set(curves["alltoall"]["32 MiB, ipc graph"]) == {2, 4}  # the largest block of the 4-GPU report
 
 
 def test_command_prints_and_stores_the_model(tmp_path):
     result = CliRunner().invoke(app, ["bench", "scaling", "--out", str(tmp_path), "--network-gbps", "25"])
     assert result.exit_code == 0, result.output
-    assert "predicted / measured" in result.output and "MPDATA O1280" in result.output
+    assert "predicted / measured" in result.output and "MPDATA O1024" in result.output
     (path,) = tmp_path.glob("scaling-model-*.json")
     payload = json.loads(path.read_text())
     assert payload["config"]["machine_model"]["network_GBps"] == 25

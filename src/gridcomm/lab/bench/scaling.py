@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +90,12 @@ RESULT_NAME = re.compile(r"(mpdata|spectral|stencil2d|alltoall)-gpu-(\d+)r-\d{8}
 
 
 def _runs(folder: Path) -> dict[tuple[str, int], list[Path]]:
-    """The result files of whole runs in ``folder`` by (benchmark, ranks), newest first (by their time stamp);
-    files of one variant (e.g. stencil2d-gpu-2r-ipc-...) are left out."""
+    """The result files of whole runs in ``folder`` and in its reports' ``raw`` folders (``gridcomm report``) by
+    (benchmark, ranks), newest first (by their time stamp); files of one variant (e.g. stencil2d-gpu-2r-ipc-...)
+    are left out."""
     runs: dict[tuple[str, int], list[Path]] = {}
-    for path in sorted(folder.glob("*-gpu-*r-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True):
+    files = [*folder.glob("*-gpu-*r-*.json"), *folder.glob("report-*/raw/*-gpu-*r-*.json")]
+    for path in sorted(files, key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True):
         if named := RESULT_NAME.fullmatch(path.stem):
             runs.setdefault((named[1], int(named[2])), []).append(path)
     return runs
@@ -193,11 +196,11 @@ def load_inputs(
     stencil: dict[int, float] = {}
     if found := _newest_here("stencil2d", 1, _has_graph_mode):
         sources["stencil2d"] = found[0]
-        stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if r["mode"] == "graph"}
+        stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if _ipc_graph(r)}
     for gpus in sorted(g for name, g in runs if name == "stencil2d" and g > 1):
         if found := _newest_here("stencil2d", gpus, _has_graph_mode):
             for r in found[1]["results"]:
-                if r["mode"] == "graph":
+                if _ipc_graph(r):
                     measured.append(_point("stencil2d", r["n"], gpus, r["time_per_step_s"]))
     mpdata: dict[str, tuple[int, int, float]] = {}
     if found := _newest_here("mpdata", 1):
@@ -205,6 +208,7 @@ def load_inputs(
         for r in found[1]["results"]:
             if r["transport"] == "none":
                 mpdata[r["grid"]] = (r["nodes"], r["levels"], r["time_per_step_s"])
+        measured += _mpdata_points(runs, mpdata, device, found[0])
     spectral = None
     if found := _newest_here("spectral", 1, _is_tco639):
         sources["spectral"] = found[0]
@@ -219,9 +223,14 @@ def _one_node(payload: dict[str, Any]) -> bool:
     return all("ipc graph" in r["times"] for r in payload["results"])
 
 
+def _ipc_graph(row: dict[str, Any]) -> bool:
+    """Whether a stencil2d row is of the graph mode over ipc (the one the model takes: its exchange is ipc's)."""
+    return row["mode"] == "graph" and row.get("transport", "ipc") == "ipc"
+
+
 def _has_graph_mode(payload: dict[str, Any]) -> bool:
-    """Whether a stencil2d run timed the graph mode (the one the model takes)."""
-    return any(r["mode"] == "graph" for r in payload["results"])
+    """Whether a stencil2d run timed the graph mode over ipc (a report also runs it over nccl: not that one)."""
+    return any(_ipc_graph(r) for r in payload["results"])
 
 
 def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
@@ -251,6 +260,46 @@ def _spectral_points(
     for gpus in sorted(g for name, g in runs if name == "spectral" and g > 1):
         if found := _newest(runs, "spectral", gpus, lambda payload: bool(steps(payload)), device):
             points.append(_point("spectral", one_gpu["truncation"], gpus, min(steps(found[1]))))
+    return points
+
+
+#: The MPDATA transports the model's exchange stands for: over NVLink, from GPU memory.
+MPDATA_GPU_TRANSPORTS = ("ipc", "nccl", "nvshmem", "mpi")
+
+
+#: A multi-GPU MPDATA run older than the one-GPU input by more than this ran other kernels (a session before):
+#: the kernels changed between sessions, and a strong-scaling point needs the same kernels at both ends.
+MPDATA_SESSION_S = 3600.0
+
+
+def _stamp(stem: str) -> float:
+    """The time stamp ending a result file's name (…-20261126T190119Z), seconds since the epoch."""
+    return datetime.strptime(stem.rsplit("-", 1)[-1], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def _mpdata_points(
+    runs: dict[tuple[str, int], list[Path]],
+    one_gpu: dict[str, tuple[int, int, float]],
+    device: str | None,
+    one_gpu_stem: str,
+) -> list[dict[str, Any]]:
+    """The fastest step over NVLink (MPDATA_GPU_TRANSPORTS) measured on each GPU count for each grid and level
+    count of the one-GPU input (from the run ``one_gpu_stem``), from the newest run on ``device`` that has one
+    and is of the same session (MPDATA_SESSION_S); size: the grid's nodes."""
+    since = _stamp(one_gpu_stem) - MPDATA_SESSION_S
+
+    def steps(payload: dict[str, Any], case: tuple[str, int]) -> list[float]:
+        return [r["time_per_step_s"] for r in payload["results"]
+                if (r["grid"], r["levels"]) == case and r["transport"] in MPDATA_GPU_TRANSPORTS]  # fmt: skip
+
+    points = []
+    for gpus in sorted(g for name, g in runs if name == "mpdata" and g > 1):
+        for grid, (nodes, levels, _) in one_gpu.items():
+            case = (grid, levels)
+            found = _newest(runs, "mpdata", gpus, lambda payload, case=case: bool(steps(payload, case)), device)
+            if found and _stamp(found[0]) >= since:
+                point = _point("mpdata", nodes, gpus, min(steps(found[1], case)))
+                points.append({**point, "grid": grid, "levels": levels})
     return points
 
 
@@ -373,13 +422,20 @@ def predict(inputs: Inputs, gpu_counts: Sequence[int] = GPU_COUNTS, halo_per_sqr
     return out
 
 
-def compare(inputs: Inputs) -> list[dict[str, Any]]:
+def compare(inputs: Inputs, halo_per_sqrt: float | None = None) -> list[dict[str, Any]]:
     """Every measured multi-GPU point beside the model's prediction for it (ratio = predicted / measured), with
-    the case named as in ``predict``."""
+    the case named as in ``predict`` (``halo_per_sqrt`` as there)."""
     m, rows = inputs.machine, []
     for point in inputs.measured:
         batch = None
-        if point["dwarf"] == "alltoall":
+        case = None
+        if point["dwarf"] == "mpdata" and point["grid"] in inputs.mpdata_1gpu_s:
+            if halo_per_sqrt is None:
+                halo_per_sqrt = halo_coefficient()
+            nodes, levels, t = inputs.mpdata_1gpu_s[point["grid"]]
+            predicted = mpdata_s(m, point["gpus"], nodes, levels, t, halo_per_sqrt)
+            case = f"{point['grid']} x {levels}"
+        elif point["dwarf"] == "alltoall":
             predicted = alltoall_s(m, point["gpus"], point["size"])
         elif point["dwarf"] == "spectral" and inputs.spectral_1gpu is not None:
             batch = inputs.spectral_1gpu["batch"]
@@ -388,7 +444,7 @@ def compare(inputs: Inputs) -> list[dict[str, Any]]:
             predicted = stencil2d_s(m, point["gpus"], point["size"], inputs.stencil_1gpu_s[point["size"]])
         else:
             continue
-        case = case_name(point["dwarf"], point["size"], batch)
+        case = case or case_name(point["dwarf"], point["size"], batch)
         rows.append({**point, "case": case, "predicted_s": predicted, "ratio": predicted / point["measured_s"]})
     return rows
 
@@ -408,8 +464,9 @@ def model_config(inputs: Inputs, comparisons: list[dict[str, Any]], halo_per_sqr
 def targets(predictions: dict) -> list[list[str]]:
     """The scaling issue's targets as the model predicts them: [what, predicted figure and target]."""
     out = []
-    for case, curve in predictions.get("mpdata", {}).items():
-        if case.startswith("O1280") and 8 in curve:
+    mpdata = list(predictions.get("mpdata", {}).items())  # smallest grid first: the largest is the target's
+    for case, curve in mpdata[-1:]:
+        if 8 in curve:
             out.append([f"MPDATA {case}, 1 to 8 GPUs", f"{curve[1] / (8 * curve[8]):.1%} efficiency (target 80 %)"])
     for case, curve in predictions.get("spectral", {}).items():
         if 2 in curve and 8 in curve:
@@ -426,19 +483,27 @@ def targets(predictions: dict) -> list[list[str]]:
 
 def measured_curves(folder: str | Path, device: str | None = None) -> dict[str, dict[str, dict[int, float]]]:
     """Strong and weak scaling as measured: for every dwarf and transport (or mode), seconds per step against
-    GPUs, from the newest GPU result file per GPU count in ``folder`` on the model's GPU (``_device``): MPDATA
-    O1280 and the spectral transform's largest case (strong), stencil2d's graph and persistent modes at n = 64,
-    1024 and 8192 (weak), the all-to-all at its largest block. ``device`` as for ``load_inputs``."""
+    GPUs, from the newest GPU result file per GPU count in ``folder`` on the model's GPU (``_device``): MPDATA's
+    largest grid and the spectral transform's largest case (strong), stencil2d's graph and persistent modes at
+    n = 64, 1024 and 8192 (weak, from the run with the graph mode over ipc), the all-to-all at the largest block
+    every GPU count ran. ``device`` as for ``load_inputs``."""
     runs = _runs(Path(folder))
     device = _device(runs, device)
-    newest = {key: found[1] for key in runs if (found := _newest(runs, *key, device=device))}
+
+    def accept(name: str) -> Any:  # a report runs the stencil over several transports: the ipc graph run
+        return _has_graph_mode if name == "stencil2d" else lambda payload: True
+
+    newest = {key: found[1] for key in runs if (found := _newest(runs, *key, accept(key[0]), device))}
     curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
+    common = min((max(r["bytes_per_peer"] for r in p["results"]) for (n, _), p in newest.items() if n == "alltoall"),
+                 default=0)  # fmt: skip
     for (name, gpus), payload in sorted(newest.items()):
         rows = payload["results"]
         if name == "mpdata":
+            largest = max(rows, key=lambda r: r["nodes"])["grid"]
             for r in rows:
-                if r["grid"] == "O1280" and r["transport"] != "host":
-                    curves["mpdata"].setdefault(f"O1280, {r['transport']}", {})[gpus] = r["time_per_step_s"]
+                if r["grid"] == largest and r["transport"] != "host":
+                    curves["mpdata"].setdefault(f"{largest}, {r['transport']}", {})[gpus] = r["time_per_step_s"]
         elif name == "spectral":
             r = max(rows, key=lambda r: (r["points"], r.get("batch", 0)))
             curves["spectral"].setdefault(f"{r['grid']} batch {r.get('batch')}, {r['transport']}", {})[gpus] = r[
@@ -449,8 +514,8 @@ def measured_curves(folder: str | Path, device: str | None = None) -> dict[str, 
                 if r["n"] in (64, 1024, 8192) and r["mode"] in ("graph", "persistent"):
                     label = f"n = {r['n']}, {r['mode']} ({r['transport']})"
                     curves["stencil2d"].setdefault(label, {})[gpus] = r["time_per_step_s"]
-        else:
-            r = max(rows, key=lambda r: r["bytes_per_peer"])
+        else:  # the largest block every GPU count ran (a quick report's all-to-all stops at 32 MiB)
+            r = max((r for r in rows if r["bytes_per_peer"] <= common), key=lambda r: r["bytes_per_peer"])
             for transport, timing in r["times"].items():
                 curves["alltoall"].setdefault(f"{bytes_text(r['bytes_per_peer'])}, {transport}", {})[gpus] = timing[
                     "median_s"

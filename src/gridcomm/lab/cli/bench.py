@@ -828,7 +828,7 @@ def bench_scaling(
         raise typer.BadParameter(str(error)) from None
     halo = scaling.halo_coefficient()
     predictions = scaling.predict(inputs, halo_per_sqrt=halo)
-    comparisons = scaling.compare(inputs)
+    comparisons = scaling.compare(inputs, halo)
     m = inputs.machine
     missing = [name for name, found in (("MPDATA", inputs.mpdata_1gpu_s), ("stencil2d", inputs.stencil_1gpu_s),
                ("spectral", inputs.spectral_1gpu)) if not found]  # fmt: skip
