@@ -390,9 +390,10 @@ def test_nccl_abort_beside_a_replay_in_flight_frees_its_graphs(monkeypatch):
     """Where nccl replays a graph of its own, the watchdog starts the abort without the GIL on a thread of its own,
     then frees the graphs: NCCL's abort raises its flags, which end the replay in flight (only then can its graph
     be freed), and waits until the graph is freed. Faked with those two waits: no deadlock, and in that order."""
+    import collections
     import threading
 
-    from gridcomm.errors import GridcommTimeout
+    from gridcomm.errors import GridcommError, GridcommTimeout
     from gridcomm.transports import nccl as nccl_transport
     from gridcomm.waiting import poll_until
 
@@ -421,6 +422,11 @@ def test_nccl_abort_beside_a_replay_in_flight_frees_its_graphs(monkeypatch):
     assert comm.aborts == 0 and channel._owner.nccl is None  # CuPy's abort (with the GIL) was not called
     with pytest.raises(GridcommTimeout, match=r"halo exchange #3 \(nccl; communicator aborted\)"):
         channel.check("check()")
+    # Another exchanger's channel over the same communicator refuses it: its handle is gone (a call would crash)
+    other = object.__new__(nccl_transport._NcclChannel)
+    other.__dict__.update(channel.__dict__, _timed_out=None, _aborted="", _in_flight=collections.deque())
+    with pytest.raises(GridcommError, match=r"aborted \(a timeout in another exchanger over the same Communicator\)"):
+        other.start(stream)
 
 
 def test_nccl_host_runs_at_most_max_ahead_exchanges_ahead(monkeypatch):
