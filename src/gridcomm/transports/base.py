@@ -56,6 +56,11 @@ class Channel(ABC):
         """Free what the channel holds. Only call when no exchange is in flight."""
 
 
+def prepares(channel: Channel) -> bool:
+    """Whether ``channel`` does anything before the pack (its class overrides ``before_pack``)."""
+    return type(channel).before_pack is not Channel.before_pack
+
+
 def other_nodes(comm: Communicator) -> str | None:
     """Why a transport that reaches only the ranks of one node cannot serve ``comm`` (collective on first use):
     some of its ranks are on other nodes (``Communicator.nodes``, declared ones included), else None."""
