@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...comm import Communicator
+from ...errors import TransportError
 from ...gpu import nccl_communicator
 from ...packing.cuda import device_allocation
 from ...transports import REACHES
@@ -288,6 +289,19 @@ def mixed_over_slower_group(timings: dict[str, Any]) -> dict[str, float]:
         if alone:
             out[label] = timings[label].median / max(alone)
     return out
+
+
+def bind_unless_refused(name: str, refused: dict[str, str], bind: Callable[..., Any], *args: Any) -> Any | None:
+    """``bind(*args)`` (an exchanger or transposer over transport ``name``), or None where ``name`` refused to bind
+    in an earlier case or refuses now (TransportError, raised on every rank together: noted in ``refused`` with
+    why, e.g. ipc where a CUDA-aware MPI mapped the arrays first)."""
+    if name in refused:
+        return None
+    try:
+        return bind(*args)
+    except TransportError as error:
+        refused[name] = str(error)
+        return None
 
 
 def time_exchanger(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
-from ...errors import GridcommError, TransportError
+from ...errors import GridcommError
 from ...exchange import HaloExchanger
 from ...transports import CmaTransport, MpiTransport, Transport, mixes
 from ..measure.timing import time_interleaved
@@ -233,6 +233,7 @@ def run_gpu_case(
 
     from .ceilings import (
         PeerBuffers,
+        bind_unless_refused,
         nccl_sendrecv,
         peer_copy,
         time_exchanger,
@@ -246,12 +247,8 @@ def run_gpu_case(
     timings: dict[str, Any] = {}
     refused = {} if refused is None else refused
     for name, transport in transports.items():
-        if name in refused:
-            continue
-        try:
-            exchanger = HaloExchanger(decomposition, fields, transport)
-        except TransportError as error:  # e.g. ipc where a CUDA-aware MPI mapped the fields first
-            refused[name] = str(error)
+        exchanger = bind_unless_refused(name, refused, HaloExchanger, decomposition, fields, transport)
+        if exchanger is None:
             continue
         with exchanger:
             timings.update(time_exchanger(comm, exchanger, name, samples))

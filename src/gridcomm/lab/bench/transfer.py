@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from ...comm import Communicator
-from ...errors import TransportError
 from ...transports import LABELLED, Transport, mixes, usable
 from ...transpose import Transposer
 from .ceilings import (
     HostSendRecv,
     PeerBuffers,
     PinnedCopy,
+    bind_unless_refused,
     mixed_over_slower_group,
     nccl_sendrecv,
     nvlink_nominal_gbps,
@@ -104,14 +104,10 @@ def run_transfer(
         destination = cupy.zeros(comm.size * nbytes, dtype=np.uint8)
         timings: dict[str, Any] = {}
         for name, transport in transports.items():
-            if name in shared["refused"]:
+            bound = (comm, nbytes, source, destination, transport)
+            if (transposer := bind_unless_refused(name, shared["refused"], block_transposer, *bound)) is None:
                 continue
             destination.fill(0)  # each transport must deliver on its own
-            try:
-                transposer = block_transposer(comm, nbytes, source, destination, transport)
-            except TransportError as error:  # e.g. ipc where a CUDA-aware MPI mapped the buffers first
-                shared["refused"][name] = str(error)
-                continue
             with transposer:
                 timings.update(time_exchanger(comm, transposer, name, samples))
                 timings.update(time_groups_alone(comm, transposer, name, samples))

@@ -110,6 +110,12 @@ def bench_halo(
             _bench_halo(comm, gpu, size_list, field_list, levels, halo, samples, peers, out)
 
 
+def say_refused(refused: dict[str, str]) -> None:
+    """One line per transport a benchmark left out because it refused to bind, with why."""
+    for name, why in refused.items():
+        console.print(f"[yellow]{name} not timed[/yellow]: {why}")
+
+
 def say_peers(comm: Any, reasons: dict[str, str | None]) -> None:
     """Rank 0 says, one line each, which peers are skipped and why."""
     if comm.rank == 0:
@@ -163,8 +169,7 @@ def _bench_halo(
         }
         path, png = save(out, "halo", machine, config, rows, plot_halo_gpu if gpu else plot_halo)
         console.print(_halo_gpu_table(rows) if gpu else _halo_table(rows))
-        for name, why in config["refused"].items():
-            console.print(f"[yellow]{name} not timed[/yellow]: {why}")
+        say_refused(config["refused"])
         say_written(path, png)
 
 
@@ -373,8 +378,7 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
         console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best", *staged_column], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
-        for name, why in shared["refused"].items():
-            console.print(f"[yellow]{name} not timed[/yellow]: {why}")
+        say_refused(shared["refused"])
         say_written(path, png)
 
 
