@@ -394,9 +394,12 @@ def spectral_s(m: Machine, gpus: int, row: dict[str, Any]) -> float:
 ALLTOALL_SIZES = (8, 1 << 20, 32 << 20)
 
 
-def case_name(dwarf: str, size: int, batch: int | None = None) -> str:
+def case_name(dwarf: str, size: int | str, batch: int | None = None) -> str:
     """How a case is named in predictions and tables: bytes per peer for the all-to-all, the truncation and batch
-    for the spectral transform, else n."""
+    for the spectral transform, the grid and levels for MPDATA (``size``: the grid, ``batch``: the levels), else
+    n."""
+    if dwarf == "mpdata":
+        return f"{size} x {batch}"
     if dwarf == "alltoall":
         return f"{bytes_text(size)} per peer"
     return f"TCo{size} (batch {batch})" if dwarf == "spectral" else f"n = {size}"
@@ -413,7 +416,8 @@ def predict(inputs: Inputs, gpu_counts: Sequence[int] = GPU_COUNTS, halo_per_sqr
     if inputs.mpdata_1gpu_s:
         halo = halo_per_sqrt if halo_per_sqrt is not None else halo_coefficient()
         for grid, (nodes, levels, t) in sorted(inputs.mpdata_1gpu_s.items(), key=lambda kv: kv[1][0]):
-            out["mpdata"][f"{grid} x {levels}"] = {p: mpdata_s(m, p, nodes, levels, t, halo) for p in gpu_counts}
+            curve = {p: mpdata_s(m, p, nodes, levels, t, halo) for p in gpu_counts}
+            out["mpdata"][case_name("mpdata", grid, levels)] = curve
     if inputs.spectral_1gpu is not None:
         row = inputs.spectral_1gpu
         out["spectral"][case_name("spectral", row["truncation"], row["batch"])] = {
@@ -427,14 +431,13 @@ def compare(inputs: Inputs, halo_per_sqrt: float | None = None) -> list[dict[str
     the case named as in ``predict`` (``halo_per_sqrt`` as there)."""
     m, rows = inputs.machine, []
     for point in inputs.measured:
-        batch = None
-        case = None
+        size, batch = point["size"], None
         if point["dwarf"] == "mpdata" and point["grid"] in inputs.mpdata_1gpu_s:
             if halo_per_sqrt is None:
                 halo_per_sqrt = halo_coefficient()
             nodes, levels, t = inputs.mpdata_1gpu_s[point["grid"]]
             predicted = mpdata_s(m, point["gpus"], nodes, levels, t, halo_per_sqrt)
-            case = f"{point['grid']} x {levels}"
+            size, batch = point["grid"], levels
         elif point["dwarf"] == "alltoall":
             predicted = alltoall_s(m, point["gpus"], point["size"])
         elif point["dwarf"] == "spectral" and inputs.spectral_1gpu is not None:
@@ -444,7 +447,7 @@ def compare(inputs: Inputs, halo_per_sqrt: float | None = None) -> list[dict[str
             predicted = stencil2d_s(m, point["gpus"], point["size"], inputs.stencil_1gpu_s[point["size"]])
         else:
             continue
-        case = case or case_name(point["dwarf"], point["size"], batch)
+        case = case_name(point["dwarf"], size, batch)
         rows.append({**point, "case": case, "predicted_s": predicted, "ratio": predicted / point["measured_s"]})
     return rows
 
