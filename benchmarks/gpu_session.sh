@@ -219,7 +219,7 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         stage profile-eager 150 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
 sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py', '--out', '$dir/results']))"
         ;;
-      bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ;;
+      bench-p2p) stage bench-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results" ${P2P_ARGS:-} ;;  # P2P_ARGS: more options
       bench-alltoall)  # ALLTOALL_ARGS: more options (e.g. --largest 134217728 --samples 5)
         stage bench-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" ${ALLTOALL_ARGS:-} --out "$dir/results" ;;
       bench-halo) stage bench-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ;;

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
@@ -143,7 +144,7 @@ def cases(draw):
         reject()
     fields = draw(st.lists(st.tuples(st.sampled_from(DTYPES), st.sampled_from("CF")), min_size=1, max_size=3))
     blocks, piece_units = draw(st.integers(1, 64)), draw(st.sampled_from([0, 1, 8, 256]))
-    path = draw(st.sampled_from(["buffered", "direct", "staged"]))
+    path = draw(st.sampled_from(["buffered", "direct", "staged", "one-way"]))
     return ranks, fields, path, draw(st.integers(0, 2**32 - 1)), blocks, piece_units
 
 
@@ -159,8 +160,9 @@ def _layouts(d, specs):
 @given(cases())
 def test_descriptor_tables_move_every_halo(case):
     """Every halo arrives bit for bit by each path: packed into a buffer and unpacked by the receiver (staged, mpi,
-    nccl), written straight into the receiver's fields (ipc), and ipc with every short-run selection going
-    through the receiver's staging buffer (``ipc.staged``, its thresholds lowered so that all such are)."""
+    nccl), written straight into the receiver's fields (ipc), ipc with every short-run selection going
+    through the receiver's staging buffer (``ipc.staged``, its thresholds lowered so that all such are), and
+    ipc's one-way protocol for small exchanges (lines with flags in the receiver's landing area)."""
     ranks, fields, path, seed, blocks, piece_units = case
     specs = [FieldSpec(np.dtype(dt), order) for dt, order in fields]
     globals_ = [random_global(ranks[0].global_shape, dt, seed + i) for i, (dt, _) in enumerate(fields)]
@@ -170,6 +172,8 @@ def test_descriptor_tables_move_every_halo(case):
     with lowered if path == "staged" else contextlib.nullcontext():
         if path == "buffered":
             _replay_buffered(layouts, arrays, specs, blocks, piece_units)
+        elif path == "one-way":
+            _replay_one_way(layouts, arrays)
         else:
             _replay_direct(layouts, arrays, blocks, piece_units)
     for d, mine in zip(ranks, arrays, strict=True):
@@ -198,6 +202,62 @@ def _replay_direct(layouts, arrays, blocks, piece_units):
         unpack = Descriptors(np)
         ipc.unpack_rows(unpack, layout, mine, address(inbox))
         replay(unpack, blocks, piece_units)
+
+
+def _rows_between(rows, first, last):
+    part = Descriptors(np)
+    part.rows, part.keep = rows.rows[first:last], rows.keep
+    return part
+
+
+def _replay_one_way(layouts, arrays):
+    """ipc's one-way path (``ipc.one_way_tables``, ipc.cu's gridcomm_ipc_one_way), two exchanges: each message
+    packed into the sender's scratch buffer and written as lines (8 data bytes, each 4 beside the exchange number
+    e) into half e mod 2 of the receiver's landing area, at the place the receiver's own tables give it; the
+    receiver checks every line's flags, copies the data into its scratch buffer and unpacks it. The first
+    exchange moves other data (its lines must not be read by the second, which lands in the other half)."""
+    ranks = range(len(layouts))
+    sizes = [[ipc.landing_places([m.nbytes for m in getattr(layout, side)])[2] for side in ("sends", "recvs")]
+             for layout, _ in layouts]  # fmt: skip
+    scratch = [[np.zeros(max(n, 1), np.uint8) for n in pair] for pair in sizes]
+    tables = [
+        ipc.one_way_tables(
+            np,
+            SimpleNamespace(layout=layout, fields=arrays[r], destinations=arrays[r], local=own),
+            address(scratch[r][0]),
+            address(scratch[r][1]),
+        )
+        for r, (layout, own) in enumerate(layouts)
+    ]
+    landing = [np.zeros(2 * t.half + 16, np.uint8) for t in tables]
+    real = [[a.copy() for a in mine] for mine in arrays]
+    for e in (1, 2):
+        for r in ranks:  # the first exchange moves other bytes of the same fields
+            for a, b in zip(arrays[r], real[r], strict=True):
+                a[...] = b if e == 2 else np.flip(b)
+        for r in ranks:
+            t = tables[r]
+            replay(_rows_between(t.pack, *t.local))
+            for row in t.sends[: len(layouts[r][0].sends)]:
+                peer, first, last, at, lines = (int(x) for x in row[: ipc.LANDING])
+                replay(_rows_between(t.pack, first, last))
+                there = tables[peer]
+                (place,) = [int(x[ipc.LANDING]) for x in there.recvs if x[ipc.PEER_RANK] == r and x[ipc.LINES] == lines]
+                data = scratch[r][0][at : at + ipc.LINE_DATA * lines].view(np.uint32).reshape(-1, 2)
+                line = np.stack([data[:, 0], np.full(lines, e), data[:, 1], np.full(lines, e)], axis=1).astype(
+                    np.uint32
+                )
+                start = (e & 1) * there.half + place
+                landing[peer][start : start + ipc.LINE_BYTES * lines] = line.reshape(-1).view(np.uint8)
+        for r in ranks:
+            t = tables[r]
+            for row in t.recvs[: len(layouts[r][0].recvs)]:
+                _, first, last, at, lines, place = (int(x) for x in row[: ipc.HALF])
+                start = (e & 1) * t.half + place
+                line = landing[r][start : start + ipc.LINE_BYTES * lines].view(np.uint32).reshape(-1, 4)
+                assert np.all(line[:, 1] == e) and np.all(line[:, 3] == e), f"rank {r}: lines of another exchange"
+                scratch[r][1][at : at + ipc.LINE_DATA * lines] = line[:, [0, 2]].reshape(-1).view(np.uint8)
+                replay(_rows_between(t.unpack, first, last))
 
 
 def _replay_buffered(layouts, arrays, specs, blocks, piece_units):

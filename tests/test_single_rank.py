@@ -331,12 +331,17 @@ def test_transport_labels_configure_transports():
     assert by_label("ipc/blocks=32") == IpcTransport(blocks=32)
     assert by_label("ipc/method=copy-engine/blocks=4") == IpcTransport(method="copy-engine", blocks=4)
     assert by_label("mpi/method=neighbor") == MpiTransport(method="neighbor")
-    with pytest.raises(TransportError, match=r"'speed=3' is not an option of ipc.*\['blocks', 'method'\]"):
+    assert by_label("ipc/two-way") == IpcTransport(one_way_bytes=0) == by_label("ipc/one_way_bytes=0")
+    with pytest.raises(
+        TransportError, match=r"'speed=3' is not an option of ipc.*\['blocks', 'method', 'one_way_bytes'\]"
+    ):
         by_label("ipc/speed=3")
     with pytest.raises(TransportError, match="'pigeon' is unknown"):
         by_label("pigeon/blocks=3")
     with pytest.raises(ValueError, match="at least 1"):
         by_label("ipc/blocks=0")
+    with pytest.raises(ValueError, match="one_way_bytes"):
+        IpcTransport(one_way_bytes=-1)
 
 
 def test_timeouts_from_environment(monkeypatch):

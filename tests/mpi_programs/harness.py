@@ -47,8 +47,9 @@ if ON_GPU:
     TRANSPORTS: dict[str, Any] = {name: name for name in gridcomm.transports.runnable(on_device=True)}
     TRANSPORTS["auto"] = "auto"
     TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)
-    if "ipc" in TRANSPORTS:  # its kernel held to a few blocks, as a pipelined transform holds it
-        TRANSPORTS["ipc/3 blocks"] = IpcTransport(blocks=3)
+    if "ipc" in TRANSPORTS:  # its kernel held to a few blocks, as a pipelined transform holds it; and the suites'
+        TRANSPORTS["ipc/3 blocks"] = IpcTransport(blocks=3)  # small exchanges written straight into the fields,
+        TRANSPORTS["ipc/two-way"] = IpcTransport(one_way_bytes=0)  # which "ipc" moves one way through landing areas
     TRANSPORT_CHOICES: dict[str, Any] = dict(TRANSPORTS)
 else:
     TRANSPORTS = HOST_TRANSPORTS

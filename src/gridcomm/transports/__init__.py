@@ -52,7 +52,10 @@ __all__ = [
 
 
 #: Configured transports that benchmarks and the command line name by a label of their own, beside the names.
-LABELLED: dict[str, Transport] = {"ipc/copy-engine": IpcTransport(method="copy-engine")}
+LABELLED: dict[str, Transport] = {
+    "ipc/copy-engine": IpcTransport(method="copy-engine"),
+    "ipc/two-way": IpcTransport(one_way_bytes=0),  # small exchanges straight into the fields, not one way
+}
 
 
 def names(memory: str | None = None) -> list[str]:

@@ -115,3 +115,117 @@ extern "C" __global__ void gridcomm_ipc_close(long long* epoch, const long long*
     __threadfence();
     *epoch = e;
 }
+
+// The one-way protocol for small exchanges (IpcTransport(one_way_bytes)): one trip over NVLink instead of two.
+// Each rank owns a landing area of two halves, mapped into its sources; every source's message has its place in
+// each half, as lines of 16 bytes: 8 bytes of data, each 4 beside a 4-byte flag, the exchange number e (NCCL's
+// LL protocol): a line whose two flags read e has arrived whole, so no fence and no "data" flag are needed.
+// Exchange e writes into half e mod 2, which held exchange e - 2: the destination says when it has read each
+// exchange (flags[CLEAR + r] = e, a credit written back into the source r) and a source waits for the credit of
+// e - 2, normally long there. The destination copies from its own landing area into its fields, in stream
+// order, so nothing tells a source when the fields may be written: the "clear" trip of the kernel above goes.
+// Block b sends message b (pack into a local scratch buffer, then lines into the destination) and then receives
+// message b (lines into a local scratch buffer, then unpack into the fields); one more block copies what this
+// rank sends itself. flags[DATA + r] only tells this rank that source r gave up on an exchange (-e).
+enum { PEER_RANK = 0, ROW_FIRST, ROW_LAST, SCRATCH, LINES, LANDING, HALF, PEER_WIDTH };
+
+__device__ __forceinline__ void copy_rows(const long long* table, long long first, long long last) {
+    for (long long s = first; s < last; ++s) {
+        const long long* seg = table + s * TABLE_WIDTH;
+        copy_units(seg, 0, seg[UNITS]);
+    }
+}
+
+__device__ __forceinline__ void store_line(char* at, uint2 data, unsigned flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(at), "r"(data.x), "r"(flag), "r"(data.y), "r"(flag) : "memory");
+}
+
+__device__ __forceinline__ uint4 load_line(const char* at) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(at) : "memory");
+    return v;
+}
+
+// A block of ONE_WAY_THREADS (ipc.py launches as many): one block moves a whole message, and every thread waits
+// for the latency of each of its loads (lines, runs) in turn, so the more threads, the fewer waits in a row.
+#define ONE_WAY_THREADS 1024
+
+extern "C" __global__ void __launch_bounds__(ONE_WAY_THREADS, 1) gridcomm_ipc_one_way(
+    const long long* pack,                     // rows: fields -> send scratch, message by message, then own copies
+    const long long* unpack,                   // rows: receive scratch -> fields, message by message
+    const long long* sends, int ndest,         // PEER_WIDTH columns per destination (LANDING: its half 0, mapped)
+    const long long* recvs, int nsrc,          // PEER_WIDTH columns per source (LANDING: offset here; HALF unused)
+    long long local_first, long long local_last, // rows of `pack` this rank copies into itself (the last block)
+    const char* send_scratch, char* recv_scratch,
+    const char* landing, long long half,       // this rank's landing area, and the bytes of one half
+    long long* epoch,                          // exchanges done (device memory)
+    unsigned int* finished,                    // blocks done in this exchange (device, 0)
+    long long* own_flags,                      // CLEAR[size] (credits) then DATA[size] (give-ups)
+    long long* const* peer_flags,              // each rank's flag array mapped here (by rank; unused: 0)
+    int rank, int size,
+    unsigned long long limit_ns,
+    volatile long long* error)                 // host-mapped: [failed, peer, exchange, step]
+{
+    __shared__ int stop;                       // this block's send, then its receive, gave up
+    const long long e = *epoch + 1;            // only the last block changes it, after every block read it
+    const unsigned flag = (unsigned)e;         // lines of e - 2 (or e - 4, ...) differ from it in both halves
+    const volatile int* stopped = &stop;
+    if (threadIdx.x == 0) stop = 0;
+    __syncthreads();
+    if (blockIdx.x < ndest) {
+        const long long* to = sends + (long long)blockIdx.x * PEER_WIDTH;
+        const int peer = (int)to[PEER_RANK];
+        copy_rows(pack, to[ROW_FIRST], to[ROW_LAST]);
+        if (threadIdx.x == 0
+            && !wait_at_least(own_flags + peer, e - 2, now_ns(), limit_ns, error, peer, WAIT_CLEAR)) {
+            stop = 1;
+            volatile long long* flags = peer_flags[peer];
+            flags[size + rank] = -e;           // the destination, waiting for these lines, is told
+        }
+        __syncthreads();
+        if (!*stopped) {
+            const uint2* data = reinterpret_cast<const uint2*>(send_scratch + to[SCRATCH]);
+            char* there = reinterpret_cast<char*>(to[LANDING]) + (e & 1) * to[HALF];
+            for (long long i = threadIdx.x; i < to[LINES]; i += blockDim.x) store_line(there + 16 * i, data[i], flag);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) stop = 0;
+        __syncthreads();
+    }
+    if (blockIdx.x < nsrc) {
+        const long long* from = recvs + (long long)blockIdx.x * PEER_WIDTH;
+        const int peer = (int)from[PEER_RANK];
+        const char* here = landing + (e & 1) * half + from[LANDING];
+        uint2* out = reinterpret_cast<uint2*>(recv_scratch + from[SCRATCH]);
+        const volatile long long* gave_up = own_flags + size + peer;
+        const unsigned long long start = now_ns();
+        for (long long i = threadIdx.x; i < from[LINES] && !*stopped; i += blockDim.x) {
+            uint4 line = load_line(here + 16 * i);
+            while (line.y != flag || line.w != flag) {
+                if (*stopped) break;
+                const int step = *gave_up <= -e ? PEER_GAVE_UP : now_ns() - start > limit_ns ? WAIT_DATA : 0;
+                if (step) {
+                    if (atomicCAS(&stop, 0, 1) == 0) report(error, peer, e, step);
+                    break;
+                }
+                line = load_line(here + 16 * i);
+            }
+            if (*stopped) break;
+            out[i] = make_uint2(line.x, line.z);
+        }
+        __syncthreads();
+        if (!*stopped) copy_rows(unpack, from[ROW_FIRST], from[ROW_LAST]);
+        if (threadIdx.x == 0) {                // read (or given up): the source may write this half again
+            volatile long long* flags = peer_flags[peer];
+            flags[rank] = e;
+        }
+    }
+    if (blockIdx.x == gridDim.x - 1 && local_first < local_last) copy_rows(pack, local_first, local_last);
+    __syncthreads();
+    if (threadIdx.x != 0 || atomicAdd(finished, 1u) != gridDim.x - 1) return;
+    finished[0] = 0;
+    __threadfence();
+    *epoch = e;
+}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -66,6 +66,13 @@ MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction is read from the (unified
 #: took 181.6 µs straight into the fields against 21.2 µs packed by NCCL's path, and 9.4 µs for rows of the
 #: same bytes (benchmarks/tune_alltoall.py, tune-alltoall-gpu-4r-20261126T053819Z). Local gathers and scatters
 #: do not pay that.
+#: Messages up to this many bytes go one way (IpcTransport.one_way_bytes): one thread block per peer writes every
+#: byte twice over (the lines' flags) and copies it twice more (pack, unpack), so the trip it saves stops paying
+#: for larger messages (2 x H100, `bench p2p`, p2p-gpu-2r-20261126T204424Z: one way 5.8-6.6 µs up to 8 KiB against
+#: 10.0-10.3 straight into the fields, 10.0 against 10.9 at 32 KiB, 23.5 against 11.1 at 128 KiB).
+ONE_WAY_BYTES = 32 << 10
+ONE_WAY_THREADS = 1024  # threads of a block of the one-way kernel (ipc.cu), each block one peer's message
+LINE_DATA, LINE_BYTES = 8, 16  # a landing area's line: 8 bytes of data, each 4 of them beside a 4-byte flag
 STAGE_RUN_BYTES = 128  # runs shorter than this ...
 STAGE_SPAN_BYTES = 16 << 20  # ... spread over at least this many bytes of the destination array
 
@@ -88,13 +95,20 @@ class IpcTransport(Transport):
             and signals the peers, all GPU-side; ``"copy-engine"``: the copy engines move the blocks
             (cudaMemcpy2DAsync, boxes only), one stream per destination in the order (rank + i) mod size,
             with small kernels signalling around them. ``gridcomm bench alltoall`` compares the two.
+            Exchanges of at most ``one_way_bytes`` go one way with the kernel (below).
         blocks: (method ``"kernel"``) at most this many thread blocks of 256 for the exchange kernel (default:
             6 per SM, all of the GPU): fewer leave SMs free for work that runs beside the exchange (a pipelined
             transform), at the cost of bandwidth where few blocks cannot keep every link busy.
+        one_way_bytes: (method ``"kernel"``) where no message to or from a peer (and no rank's copy to itself)
+            is larger than this many bytes, the exchange makes one trip over NVLink instead of two: each message
+            is written with its flags into a landing area of the destination, which copies it into its fields
+            itself (ipc.cu, ``gridcomm_ipc_one_way``; one thread block per peer, so larger messages go straight
+            into the fields). 0: never.
     """
 
     method: Literal["kernel", "copy-engine"] = "kernel"
     blocks: int | None = None
+    one_way_bytes: int = ONE_WAY_BYTES
     name = "ipc"
     memories = frozenset({"device"})
     reach = "node"
@@ -106,6 +120,7 @@ class IpcTransport(Transport):
             raise ArgumentError(f"IpcTransport(method={self.method!r}): use 'kernel' or 'copy-engine'")
         if self.blocks is not None:
             whole_number(self.blocks, "IpcTransport(blocks)", least=1, meaning="thread blocks of the exchange kernel")
+        whole_number(self.one_way_bytes, "IpcTransport(one_way_bytes)", least=0, meaning="bytes (0: never one way)")
 
     def ranks_reason(self, comm: Communicator) -> str | None:
         if "ipc" not in comm.reasons:  # collective the first time
@@ -116,9 +131,20 @@ class IpcTransport(Transport):
         return "direct"
 
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
-        if self.method == "kernel":
-            return _KernelChannel(comm, packer, self.blocks)
-        return _CopyEngineChannel(comm, packer)
+        if self.method == "copy-engine":
+            return _CopyEngineChannel(comm, packer)
+        if self.goes_one_way(comm, packer.layout, packer.local):
+            return _OneWayChannel(comm, packer)
+        return _KernelChannel(comm, packer, self.blocks)
+
+    def goes_one_way(self, comm: Communicator, layout: Any, local: Any = None) -> bool:
+        """Collective: whether an exchange of ``layout`` (and ``local``, what a rank sends itself, or None) goes
+        one way with method ``"kernel"``: no message to or from a peer, and no rank's copy to itself, is larger
+        than ``one_way_bytes`` (each is one thread block's work); every rank decides alike."""
+        from mpi4py import MPI
+
+        sizes = [m.nbytes for m in (*layout.sends, *layout.recvs)] + [local.send_nbytes if local else 0]
+        return comm.mpi.allreduce(max(sizes), op=MPI.MAX) <= self.one_way_bytes
 
 
 @functools.cache
@@ -226,63 +252,51 @@ def peer_rows(
         rows.add(address(source), src, addresses[f], dst)
 
 
-class _IpcChannel(GpuWaitChannel):
-    """What both methods share: the flags, the mappings, the rows to copy, the waits and the timeout report.
+class _PeerChannel(GpuWaitChannel):
+    """What every ipc channel holds: this rank's flag array (int64 CLEAR[size] then DATA[size], written by the
+    peers), its exchange counter on the device, the wait report, and the peers' memory mapped here."""
 
-    ``self._rows`` holds one descriptor row per selection: from this rank's sources (``packer.fields``) into
-    the destinations of each peer (``packer.destinations``, mapped here) or, for a selection that lands as short
-    scattered runs (``staged``), into the peer's staging buffer; then what this rank sends itself.
-    ``self._rows_of[k]`` is the range of rows bound for ``self._destinations[k]``. ``self._unpack`` (or None)
-    copies what the sources staged here into the destinations, after the exchange.
-    """
-
-    def __init__(self, comm: Communicator, packer: Any) -> None:
+    def __init__(self, comm: Communicator, layout: Any) -> None:
         import cupy
 
-        layout, sources, destinations = packer.layout, packer.fields, packer.destinations
         self._comm = comm
-        self._flags = device_allocation(16 * comm.size)  # int64 CLEAR[size] then DATA[size]
+        self._flags = device_allocation(16 * comm.size)
         self._flags.fill(0)
         self._epoch = cupy.zeros(1, dtype=np.int64)
         self._waits = GpuWaitReport(comm.rank, "ipc")
         self._handles: list[bytes] = []
-        self._staging, unpack = self._staging_here(layout, destinations)
-        cupy.cuda.Device().synchronize()
-        # Everyone publishes its flags, destinations and staging buffer and, per source, where that source's blocks
-        # land: the selections in the destinations, and the offset of its message in the staging buffer.
-        problem, exported = None, None
-        try:
-            # An empty array (a rank that receives nothing) has no memory to share, and nothing lands in it.
-            exported = (
-                _export(self._flags.data.ptr),
-                [_export(d.data.ptr) if d.size else None for d in destinations],
-                None if self._staging is None else _export(self._staging.data.ptr),
-            )
-        except TransportError as error:
-            problem = str(error)
-        raise_if_any(comm.mpi, problem, TransportError)
-        everyone = comm.mpi.allgather(exported)
-        wanted = {m.peer: ([(s.field, s.selection) for s in m.segments], m.offset) for m in layout.recvs}
-        shapes = [tuple(d.shape) for d in destinations]
-        their = comm.mpi.alltoall([(shapes, *wanted.get(r, (None, 0))) for r in range(comm.size)])
         self._destinations = [m.peer for m in layout.sends]
         self._sources = [m.peer for m in layout.recvs]
+
+    def _publish(self, buffers: Sequence[Any]) -> list[Any]:
+        """Collective: every rank's (flags, [each of its ``buffers``]) exported for CUDA IPC, by rank. A buffer
+        that is None or empty (a rank that receives nothing) has no memory to share, and nothing lands in it:
+        None."""
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+        problem, exported = None, None
+        try:
+            shared = [_export(b.data.ptr) if b is not None and b.size else None for b in buffers]
+            exported = (_export(self._flags.data.ptr), shared)
+        except TransportError as error:
+            problem = str(error)
+        raise_if_any(self._comm.mpi, problem, TransportError)
+        return self._comm.mpi.allgather(exported)
+
+    def _map_together(self, everyone: Sequence[Any], mapping: Callable[[], None]) -> None:
+        """Collective: map the flags of every peer (of ``everyone``, from ``_publish``), then run ``mapping`` (the
+        channel's own mappings); where either fails on any rank, every rank closes what it opened and raises
+        TransportError."""
+        import cupy
+
+        comm = self._comm
         flag_addresses = np.zeros(comm.size, dtype=np.uint64)
-        self._rows = Descriptors(cupy)
-        self._rows_of: list[range] = []
+        problem = None
         try:
             for r in sorted(set(self._destinations) | set(self._sources)):
                 flag_addresses[r] = self._mapped(everyone[r][0])
-            for message in layout.sends:
-                first = len(self._rows.rows)
-                shapes_there, selections_there, offset_there = their[message.peer]
-                _, fields_there, staging_there = everyone[message.peer]
-                addresses = [self._mapped(pair) for pair in fields_there]
-                staging = self._mapped(staging_there) + offset_there - message.offset
-                peer_rows(self._rows, message, sources, layout, (shapes_there, selections_there, addresses), staging)
-                self._rows_of.append(range(first, len(self._rows.rows)))
-            self._rows.local(packer.local, sources, destinations)
-            problem = None
+            mapping()
         except ValueError as error:
             problem = f"rank {comm.rank}: {error}"
         except cupy.cuda.runtime.CUDARuntimeError as error:
@@ -297,19 +311,6 @@ class _IpcChannel(GpuWaitChannel):
         self._peer_flags = cupy.asarray(flag_addresses)
         self._destination_ranks = cupy.asarray(np.array(self._destinations or [0], dtype=np.int32))
         self._source_ranks = cupy.asarray(np.array(self._sources or [0], dtype=np.int32))
-        self._unpack = SegmentTable(unpack) if unpack.rows else None
-
-    def _staging_here(self, layout: Any, destinations: Any) -> tuple[Any, Any]:
-        """(this rank's staging buffer, laid out as ``layout``'s receive messages, or None where no selection is
-        staged; the rows unpacking it into the destinations)."""
-        import cupy
-
-        unpack = Descriptors(cupy)
-        if next(staged_receives(layout, destinations), None) is None:
-            return None, unpack
-        buffer = device_allocation(layout.recv_nbytes)
-        unpack_rows(unpack, layout, destinations, buffer.data.ptr)
-        return buffer, unpack
 
     def _mapped(self, exported: tuple[bytes, int] | None) -> int:
         if exported is None:
@@ -324,6 +325,66 @@ class _IpcChannel(GpuWaitChannel):
             _MAPPINGS.close(handle)
         self._handles = []
 
+    def close(self) -> None:
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+        self._comm.mpi.Barrier()  # no peer writes into our memory any more
+        self._unmap()
+
+
+class _IpcChannel(_PeerChannel):
+    """What both methods of writing straight into the peers' destinations share: the rows to copy and the
+    staging buffer.
+
+    ``self._rows`` holds one descriptor row per selection: from this rank's sources (``packer.fields``) into
+    the destinations of each peer (``packer.destinations``, mapped here) or, for a selection that lands as short
+    scattered runs (``staged``), into the peer's staging buffer; then what this rank sends itself.
+    ``self._rows_of[k]`` is the range of rows bound for ``self._destinations[k]``. ``self._unpack`` (or None)
+    copies what the sources staged here into the destinations, after the exchange.
+    """
+
+    def __init__(self, comm: Communicator, packer: Any) -> None:
+        import cupy
+
+        layout, sources, destinations = packer.layout, packer.fields, packer.destinations
+        super().__init__(comm, layout)
+        self._staging, unpack = self._staging_here(layout, destinations)
+        # Everyone publishes its flags, destinations and staging buffer and, per source, where that source's blocks
+        # land: the selections in the destinations, and the offset of its message in the staging buffer.
+        everyone = self._publish([*destinations, self._staging])
+        wanted = {m.peer: ([(s.field, s.selection) for s in m.segments], m.offset) for m in layout.recvs}
+        shapes = [tuple(d.shape) for d in destinations]
+        their = comm.mpi.alltoall([(shapes, *wanted.get(r, (None, 0))) for r in range(comm.size)])
+        self._rows = Descriptors(cupy)
+        self._rows_of: list[range] = []
+
+        def mapping() -> None:
+            for message in layout.sends:
+                first = len(self._rows.rows)
+                shapes_there, selections_there, offset_there = their[message.peer]
+                *fields_there, staging_there = everyone[message.peer][1]
+                addresses = [self._mapped(pair) for pair in fields_there]
+                staging = self._mapped(staging_there) + offset_there - message.offset
+                peer_rows(self._rows, message, sources, layout, (shapes_there, selections_there, addresses), staging)
+                self._rows_of.append(range(first, len(self._rows.rows)))
+            self._rows.local(packer.local, sources, destinations)
+
+        self._map_together(everyone, mapping)
+        self._unpack = SegmentTable(unpack) if unpack.rows else None
+
+    def _staging_here(self, layout: Any, destinations: Any) -> tuple[Any, Any]:
+        """(this rank's staging buffer, laid out as ``layout``'s receive messages, or None where no selection is
+        staged; the rows unpacking it into the destinations)."""
+        import cupy
+
+        unpack = Descriptors(cupy)
+        if next(staged_receives(layout, destinations), None) is None:
+            return None, unpack
+        buffer = device_allocation(layout.recv_nbytes)
+        unpack_rows(unpack, layout, destinations, buffer.data.ptr)
+        return buffer, unpack
+
     def _lanes(self) -> list[int]:
         """Each row's lane for the kernel's pieces (``balanced_pieces``): its destination counted from this rank,
         (destination - rank) mod size, this rank's own rows 0. Pieces are interleaved lane by lane, so that every
@@ -336,12 +397,156 @@ class _IpcChannel(GpuWaitChannel):
         return lanes
 
     def close(self) -> None:
+        super().close()
+        self._staging = self._unpack = None
+
+
+#: Columns of the one-way kernel's per-peer rows (ipc.cu): the peer, its rows in the pack (or unpack) table, its
+#: message's offset in the scratch buffer, its lines, where it lands (the destination's half 0, mapped here, or
+#: the offset in this rank's half) and the bytes of the destination's half.
+PEER_RANK, ROW_FIRST, ROW_LAST, SCRATCH, LINES, LANDING, HALF, PEER_WIDTH = range(8)
+
+
+def _lines(nbytes: int) -> int:
+    return -(-nbytes // LINE_DATA)
+
+
+def _table(rows: Descriptors) -> Any:
+    """``rows`` as a device table (one row of zeros where there is none: the kernel reads none of it)."""
+    import cupy
+
+    return cupy.asarray(np.array(rows.rows or [[0] * TABLE_WIDTH], dtype=np.int64).reshape(-1, TABLE_WIDTH))
+
+
+def landing_places(nbytes: Sequence[int]) -> tuple[list[int], list[int], int, int]:
+    """Where messages of ``nbytes`` lie, one after another, in a one-way exchange's scratch buffer (LINE_DATA
+    bytes a line, each message from a line of its own) and in one half of a landing area (LINE_BYTES a line):
+    (scratch offsets, landing offsets, scratch bytes, half bytes)."""
+    scratch, landing, lines = [], [], 0
+    for n in nbytes:
+        scratch.append(lines * LINE_DATA)
+        landing.append(lines * LINE_BYTES)
+        lines += -(-n // LINE_DATA)
+    return scratch, landing, lines * LINE_DATA, lines * LINE_BYTES
+
+
+@dataclass
+class OneWayTables:
+    """What a one-way exchange copies (ipc.cu, ``gridcomm_ipc_one_way``): the pack rows (fields into the send
+    scratch buffer, message after message, then what the rank sends itself) and the unpack rows (the receive
+    scratch buffer into the fields, message after message), with one PEER_WIDTH row per destination (``sends``:
+    LANDING and HALF are filled in once the destinations' landing areas are mapped) and per source (``recvs``:
+    LANDING is the message's offset in this rank's half); ``local``, the range of pack rows of what the rank
+    sends itself; ``half``, the bytes of one half of this rank's landing area."""
+
+    pack: Descriptors
+    unpack: Descriptors
+    sends: np.ndarray
+    recvs: np.ndarray
+    local: tuple[int, int]
+    half: int
+
+
+def one_way_tables(xp: Any, packer: Any, send_scratch: int, recv_scratch: int) -> OneWayTables:
+    """The tables of a one-way exchange of ``packer`` (its layout, fields, destinations and local layout), for
+    scratch buffers at addresses ``send_scratch`` and ``recv_scratch`` (``landing_places``' sizes), with arrays of
+    module ``xp`` (CuPy, or NumPy where tests replay them on the host)."""
+    layout = packer.layout
+    send_at, _, _, _ = landing_places([m.nbytes for m in layout.sends])
+    recv_at, land_at, _, half = landing_places([m.nbytes for m in layout.recvs])
+    pack, unpack = Descriptors(xp), Descriptors(xp)
+    sends = np.zeros((max(1, len(layout.sends)), PEER_WIDTH), dtype=np.int64)
+    recvs = np.zeros((max(1, len(layout.recvs)), PEER_WIDTH), dtype=np.int64)
+    for k, (m, at) in enumerate(zip(layout.sends, send_at, strict=True)):
+        first = len(pack.rows)
+        pack.messages([m], layout.fields, packer.fields, send_scratch + at - m.offset, into=True)
+        sends[k, :LANDING] = (m.peer, first, len(pack.rows), at, _lines(m.nbytes))
+    local_first = len(pack.rows)
+    pack.local(packer.local, packer.fields, packer.destinations)
+    for k, (m, at, land) in enumerate(zip(layout.recvs, recv_at, land_at, strict=True)):
+        first = len(unpack.rows)
+        unpack.messages([m], layout.fields, packer.destinations, recv_scratch + at - m.offset, into=False)
+        recvs[k, :HALF] = (m.peer, first, len(unpack.rows), at, _lines(m.nbytes), land)
+    return OneWayTables(pack, unpack, sends, recvs, (local_first, len(pack.rows)), half)
+
+
+class _OneWayChannel(_PeerChannel):
+    """Small exchanges in one trip over NVLink (ipc.cu, ``gridcomm_ipc_one_way``): each message packed here,
+    written with its flags into the destination's landing area, and copied from there into the fields by the
+    destination itself, in its stream order; thread block k sends message k and receives message k."""
+
+    def __init__(self, comm: Communicator, packer: Any) -> None:
         import cupy
 
-        cupy.cuda.Device().synchronize()
-        self._comm.mpi.Barrier()  # no peer writes into our memory any more
-        self._unmap()
-        self._staging = self._unpack = None
+        layout = packer.layout
+        super().__init__(comm, layout)
+        _, _, send_bytes, _ = landing_places([m.nbytes for m in layout.sends])
+        _, _, recv_bytes, half = landing_places([m.nbytes for m in layout.recvs])
+        self._send_scratch = device_allocation(send_bytes)
+        self._recv_scratch = device_allocation(recv_bytes)
+        self._landing = device_allocation(2 * half)
+        self._landing.fill(0)  # no line of exchange 1 or 2 there
+        tables = one_way_tables(cupy, packer, self._send_scratch.data.ptr, self._recv_scratch.data.ptr)
+        sends, recvs, self._half, self._local = tables.sends, tables.recvs, tables.half, tables.local
+        everyone = self._publish([self._landing if self._half else None])
+        place = {
+            int(row[PEER_RANK]): (int(row[LANDING]), int(row[LINES]), self._half) for row in recvs[: len(layout.recvs)]
+        }
+        their = comm.mpi.alltoall([place.get(r) for r in range(comm.size)])
+
+        def mapping() -> None:
+            for k, m in enumerate(layout.sends):
+                if their[m.peer] is None or their[m.peer][1] != sends[k, LINES]:
+                    raise ValueError(
+                        f"the message to rank {m.peer} is {m.nbytes} bytes here, but that rank expects "
+                        f"{'none' if their[m.peer] is None else f'{their[m.peer][1]} lines of {LINE_DATA}'}"
+                    )
+                landing, _, half = their[m.peer]
+                sends[k, LANDING] = self._mapped(everyone[m.peer][1][0]) + landing
+                sends[k, HALF] = half
+
+        self._map_together(everyone, mapping)
+        self._keep = (tables.pack.keep, tables.unpack.keep)  # the index arrays of row selections
+        self._pack, self._unpack = _table(tables.pack), _table(tables.unpack)
+        self._sends, self._recvs = cupy.asarray(sends), cupy.asarray(recvs)
+        local_rows = self._local[1] > self._local[0]
+        self._grid = max(1, max(len(layout.sends), len(layout.recvs)) + local_rows)
+        self._finished = cupy.zeros(1, dtype=np.uint32)
+        self._exchange = copy_kernel(SOURCE, "gridcomm_ipc_one_way")
+        comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
+
+    def start(self, stream: Any = None) -> None:
+        self._exchange(
+            (self._grid,),
+            (ONE_WAY_THREADS,),
+            (
+                self._pack,
+                self._unpack,
+                self._sends,
+                np.int32(len(self._destinations)),
+                self._recvs,
+                np.int32(len(self._sources)),
+                np.int64(self._local[0]),
+                np.int64(self._local[1]),
+                self._send_scratch,
+                self._recv_scratch,
+                self._landing,
+                np.int64(self._half),
+                self._epoch,
+                self._finished,
+                self._flags,
+                self._peer_flags,
+                np.int32(self._comm.rank),
+                np.int32(self._comm.size),
+                self._waits.limit_ns,
+                self._waits.address,
+            ),
+            stream=stream,
+        )
+
+    def close(self) -> None:
+        super().close()
+        self._landing = self._send_scratch = self._recv_scratch = None
 
 
 class _KernelChannel(_IpcChannel):

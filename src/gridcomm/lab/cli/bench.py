@@ -291,6 +291,15 @@ def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
     return table("time per halo exchange on the GPU (µs) (median; slowest rank)", columns, body)
 
 
+TransferTransports = Annotated[
+    str | None,
+    typer.Option(
+        help="Transports to time, comma-separated names or labels (e.g. ipc,ipc/two-way,ipc/one_way_bytes=65536); "
+        "default: every one usable here and its variants. NCCL's own calls and the ceilings are always timed."
+    ),
+]
+
+
 @bench_app.command("p2p")
 def bench_p2p(
     nprocs: NpOption = 2,
@@ -298,9 +307,10 @@ def bench_p2p(
     largest: Annotated[int, typer.Option(help="Largest message (bytes).")] = 256 << 20,
     samples: SamplesOption = 7,
     out: OutOption = HERE,
+    transports: TransferTransports = None,
 ) -> None:
     """Latency and bandwidth of each GPU transport between 2 GPUs, beside NCCL and the peer-copy ceiling."""
-    _bench_transfer("p2p", nprocs, smallest, largest, samples, out, exact_ranks=2)
+    _bench_transfer("p2p", nprocs, smallest, largest, samples, out, transports, exact_ranks=2)
 
 
 @bench_app.command("alltoall")
@@ -310,13 +320,21 @@ def bench_alltoall(
     largest: Annotated[int, typer.Option(help="Largest block per peer (bytes).")] = 256 << 20,
     samples: SamplesOption = 7,
     out: OutOption = HERE,
+    transports: TransferTransports = None,
 ) -> None:
     """All-to-all of equal blocks between the GPUs of every rank, per transport, beside NCCL and the ceiling."""
-    _bench_transfer("alltoall", nprocs, smallest, largest, samples, out, exact_ranks=None)
+    _bench_transfer("alltoall", nprocs, smallest, largest, samples, out, transports, exact_ranks=None)
 
 
 def _bench_transfer(
-    kind: str, nprocs: int, smallest: int, largest: int, samples: int, out: Path, exact_ranks: int | None
+    kind: str,
+    nprocs: int,
+    smallest: int,
+    largest: int,
+    samples: int,
+    out: Path,
+    transports: str | None,
+    exact_ranks: int | None,
 ) -> None:
     from ...launch import launcher_rank, under_launcher
 
@@ -330,10 +348,13 @@ def _bench_transfer(
     check(job and job[1])  # before any rank starts where the launcher tells the count: said once, by rank 0
     with bench_ranks(nprocs, gpu=True) as comm:
         check(comm.size)
-        _bench_transfer_on(comm, kind, smallest, largest, samples, out)
+        _bench_transfer_on(comm, kind, smallest, largest, samples, out, transports)
 
 
-def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, samples: int, out: Path) -> None:
+def _bench_transfer_on(
+    comm: Any, kind: str, smallest: int, largest: int, samples: int, out: Path, transports: str | None
+) -> None:
+    from ...transports import by_label
     from ..bench.results import bytes_text, plot_transfer
     from ..bench.transfer import STAGED_LEGS, run_transfer, sizes_between
     from ..measure.machine import machine_info
@@ -341,8 +362,9 @@ def _bench_transfer_on(comm: Any, kind: str, smallest: int, largest: int, sample
     sizes = sizes_between(smallest, largest)
     with progress(comm.rank == 0) as bar:
         task = bar.add_task(f"{kind}: message sizes", total=len(sizes))
-        # every usable transport's variants and, on several nodes, their mixes (run_transfer's default)
-        rows, shared = run_transfer(comm, sizes, None, samples, lambda done: bar.update(task, completed=done))
+        # those named, else every usable transport's variants and, on several nodes, their mixes (run_transfer's)
+        chosen = {label: by_label(label) for label in name_list(transports, "--transports")} if transports else None
+        rows, shared = run_transfer(comm, sizes, chosen, samples, lambda done: bar.update(task, completed=done))
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=comm.size)
         config = {"sizes": sizes, "samples": samples, "ranks": comm.size, **shared}
