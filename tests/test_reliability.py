@@ -254,21 +254,63 @@ def test_staged_sends_the_chunks_of_a_peer_in_order(monkeypatch):
     import sys
     import types
 
-    from gridcomm.transports.staged import _StagedChannel
+    from gridcomm.transports.staged import _Chunk, _StagedChannel
 
-    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace())  # _progress imports it; no receives use it
+    cuda = types.SimpleNamespace(runtime=types.SimpleNamespace())  # _progress imports it; no copy is enqueued
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
     monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
     started: list[int] = []
     channel = object.__new__(_StagedChannel)
-    channel._sends = [(k, 1, 1, _Request(k, started)) for k in range(3)]
-    channel._copied = [_ScriptedEvent(False), _ScriptedEvent(), _ScriptedEvent(False, False)]
-    channel._recvs, channel._landed, channel._sent = [], [], [False] * 3
-    channel._device = types.SimpleNamespace(recv_buffer=types.SimpleNamespace(data=types.SimpleNamespace(ptr=0)))
-    channel._host = (None, types.SimpleNamespace(ctypes=types.SimpleNamespace(data=0)))
+    events = [_ScriptedEvent(False), _ScriptedEvent(), _ScriptedEvent(False, False)]
+    channel._to_send = [_Chunk(k, 1, 1, _Request(k, started), 0, events[k], queued=True) for k in range(3)]
+    channel._to_copy, channel._to_receive, channel._in_flight = [], [], []
+    channel._credits_out, channel._credits_in, channel._cleared = [], {}, set()
+    pointer = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
+    channel._device = types.SimpleNamespace(send_buffer=pointer, recv_buffer=pointer)
     progress = [channel._progress() for _ in range(4)]
     assert started == [0, 1, 2]
     assert progress == [False, False, False, True]
+
+
+def test_staged_waits_for_a_credit_before_copying_into_a_peers_inbox(monkeypatch):
+    """A chunk bound for a peer's inbox (node memory) is copied down only once that peer has said its last copies up
+    have read the inbox; a chunk through MPI to another peer goes meanwhile."""
+    import sys
+    import types
+
+    from gridcomm.transports.staged import _Chunk, _StagedChannel
+
+    copies: list[int] = []
+    runtime = types.SimpleNamespace(memcpyDeviceToHost=2, memcpyAsync=lambda dst, *_: copies.append(dst))
+    cuda = types.SimpleNamespace(runtime=runtime)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+
+    class Credit:
+        came = False
+
+        def Test(self) -> bool:
+            return self.came
+
+    class Recorded(_ScriptedEvent):
+        def record(self, stream) -> None:
+            pass
+
+    started: list[int] = []
+    channel = object.__new__(_StagedChannel)
+    sends = [_Chunk(0, 1, 1, _Request(0, started), 100, Recorded()),  # to rank 1's inbox
+             _Chunk(1, 1, 2, _Request(1, started), 200, Recorded())]  # to rank 2 through MPI  # fmt: skip
+    credit = Credit()
+    channel._to_copy, channel._to_send, channel._to_receive, channel._in_flight = list(sends), list(sends), [], []
+    channel._credits_out, channel._credits_in, channel._cleared = [], {1: credit}, set()
+    pointer = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
+    channel._device = types.SimpleNamespace(send_buffer=pointer, recv_buffer=pointer)
+    channel._down = types.SimpleNamespace(ptr=0)
+    assert not channel._progress()
+    assert copies == [200] and started == [1]
+    credit.came = True
+    assert channel._progress()
+    assert copies == [200, 100] and started == [1, 0]
 
 
 def test_gpu_side_waits_are_stream_ordered():

@@ -46,7 +46,8 @@ if ON_GPU:
     # smaller than a default chunk): its pipelined path, and ipc's kernel on few blocks.
     TRANSPORTS: dict[str, Any] = {name: name for name in gridcomm.transports.runnable(on_device=True)}
     TRANSPORTS["auto"] = "auto"
-    TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)
+    TRANSPORTS["staged/small chunks"] = StagedTransport(chunk_bytes=96)  # on one node: through node memory
+    TRANSPORTS["staged/small chunks/mpi"] = StagedTransport(chunk_bytes=96, node_memory=False)
     if "ipc" in TRANSPORTS:  # its kernel held to a few blocks, as a pipelined transform holds it; and the suites'
         TRANSPORTS["ipc/3 blocks"] = IpcTransport(blocks=3)  # small exchanges written straight into the fields,
         TRANSPORTS["ipc/two-way"] = IpcTransport(one_way_bytes=0)  # which "ipc" moves one way through landing areas

@@ -55,6 +55,7 @@ __all__ = [
 LABELLED: dict[str, Transport] = {
     "ipc/copy-engine": IpcTransport(method="copy-engine"),
     "ipc/two-way": IpcTransport(one_way_bytes=0),  # small exchanges straight into the fields, not one way
+    "staged/mpi": StagedTransport(node_memory=False),  # every chunk through MPI, peers on the node too
 }
 
 

@@ -53,6 +53,13 @@ class Link:
     GBps: float
     latency_s: float
     source: str = "stated"
+    one_way_s: float | None = None  # the latency of messages of at most one_way_bytes (ipc's one-way protocol)
+    one_way_bytes: int = 0
+
+    def latency_for(self, message_bytes: float | None) -> float:
+        """The latency of an exchange whose largest message is ``message_bytes`` (None: unknown, or large)."""
+        small = self.one_way_s is not None and message_bytes is not None and message_bytes <= self.one_way_bytes
+        return self.one_way_s if small else self.latency_s
 
 
 @dataclass(frozen=True)
@@ -73,11 +80,13 @@ class Machine:
         ordered = sorted(self.nvlink, key=lambda link: link.gpus)
         return next((link for link in reversed(ordered) if link.gpus <= on_node), ordered[0])
 
-    def exchange_s(self, on_node_bytes: float, off_node_bytes: float, gpus: int) -> float:
+    def exchange_s(
+        self, on_node_bytes: float, off_node_bytes: float, gpus: int, message_bytes: float | None = None
+    ) -> float:
         """One exchange moving these bytes out of one GPU, NVLink and network at once, with ``gpus`` GPUs in all
-        exchanging."""
+        exchanging; ``message_bytes``, the largest message to one peer where known (small ones go one way)."""
         link = self.nvlink_at(gpus)
-        on = link.latency_s + on_node_bytes / (link.GBps * 1e9) if on_node_bytes > 0 else 0.0
+        on = link.latency_for(message_bytes) + on_node_bytes / (link.GBps * 1e9) if on_node_bytes > 0 else 0.0
         off = self.network_latency_s + off_node_bytes / (self.network_GBps * 1e9) if off_node_bytes > 0 else 0.0
         return max(on, off)
 
@@ -236,12 +245,22 @@ def _has_graph_mode(payload: dict[str, Any]) -> bool:
 def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
     """NVLink on ``gpus`` GPUs from an all-to-all run: the bandwidth of the peer-copy ceiling (every peer at once)
     at the largest block, bytes out of each GPU per second, and the latency of an ipc all-to-all of the smallest
-    block replayed from a CUDA graph."""
+    block replayed from a CUDA graph: of the two-trip kernel ("ipc/two-way graph", where the run has it) and of the
+    one-way protocol ("ipc graph"), which held up to the largest block it took under 0.9 times the two-trip's."""
     rows = sorted(payload["results"], key=lambda r: r["bytes_per_peer"])
     largest = rows[-1]
     ceiling = largest["times"].get("peer copy kernel") or largest["times"]["peer copy"]
     out_of_each_gpu = largest["bytes_per_peer"] * (gpus - 1) / ceiling["median_s"] / 1e9
-    return Link(gpus, out_of_each_gpu, rows[0]["times"]["ipc graph"]["median_s"], stem)
+    ipc = rows[0]["times"]["ipc graph"]["median_s"]
+    if "ipc/two-way graph" not in rows[0]["times"]:  # before the one-way protocol: one latency
+        return Link(gpus, out_of_each_gpu, ipc, stem)
+    one_way_bytes = 0
+    for r in rows:
+        if r["times"]["ipc graph"]["median_s"] >= 0.9 * r["times"]["ipc/two-way graph"]["median_s"]:
+            break
+        one_way_bytes = r["bytes_per_peer"]
+    two_way = rows[0]["times"]["ipc/two-way graph"]["median_s"]
+    return Link(gpus, out_of_each_gpu, two_way, stem, ipc, one_way_bytes)
 
 
 def _spectral_points(
@@ -318,7 +337,7 @@ def alltoall_s(m: Machine, gpus: int, bytes_per_peer: float) -> float:
     if gpus == 1:
         return 0.0
     node = min(gpus, m.gpus_per_node)
-    return m.exchange_s((node - 1) * bytes_per_peer, (gpus - node) * bytes_per_peer, gpus)
+    return m.exchange_s((node - 1) * bytes_per_peer, (gpus - node) * bytes_per_peer, gpus, bytes_per_peer)
 
 
 def stencil2d_s(m: Machine, gpus: int, n: int, one_gpu_s: float, itemsize: int = 8) -> float:
@@ -339,7 +358,7 @@ def stencil2d_s(m: Machine, gpus: int, n: int, one_gpu_s: float, itemsize: int =
                     on += n * itemsize
                 else:
                     off += n * itemsize
-        worst = max(worst, m.exchange_s(on, off, gpus))
+        worst = max(worst, m.exchange_s(on, off, gpus, n * itemsize))
     return one_gpu_s + worst
 
 
