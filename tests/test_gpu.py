@@ -347,5 +347,7 @@ def test_bench_p2p_times_the_staged_legs_beside_staged(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     (path,) = tmp_path.glob("p2p-gpu-2r-*.json")
     for row in json.loads(path.read_text())["results"]:
-        assert {"pinned copy down", "pinned copy up", "host MPI", "staged"} <= set(row["times"]), row["times"].keys()
+        legs = {"pinned copy down", "pinned copy up", "pinned copies both ways", "host MPI", "staged", "staged/mpi"}
+        assert legs <= set(row["times"]), row["times"].keys()
         assert row["staged_ceiling_leg"] in row["times"] and row["staged_share_of_ceiling"] > 0, row
+        assert row["staged_share_of_both_ways"] > 0, row

@@ -193,6 +193,31 @@ class PinnedCopy:
         self._runtime.memcpyAsync(self._target, self._origin, self.nbytes, self._kind, stream)
 
 
+class PinnedCopiesBothWays:
+    """A copy of ``nbytes`` down to pinned host memory and another up from it at the same time, per call: the
+    current stream copies down while a stream of its own copies up, and the current stream then waits for it.
+    What a staged exchange asks of each GPU's host link at once (both directions of PCIe, and host memory)."""
+
+    def __init__(self, nbytes: int) -> None:
+        import cupy
+
+        self._down, self._up = PinnedCopy(nbytes, down=True), PinnedCopy(nbytes, down=False)
+        self._side = cupy.cuda.Stream(non_blocking=True)
+        self._forked, self._joined = (cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2))
+
+    def __call__(self) -> None:
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        self._forked.record(stream)
+        self._side.wait_event(self._forked)
+        self._down()
+        with self._side:
+            self._up()
+        self._joined.record(self._side)
+        stream.wait_event(self._joined)
+
+
 class HostSendRecv:
     """MPI's own Irecv/Isend of ``nbytes`` from and to each peer between host buffers, then Waitall, per call:
     the staged transport's host leg alone (with an MPI that is not CUDA-aware, what the bytes between two GPUs

@@ -25,6 +25,7 @@ from ...transpose import Transposer
 from .ceilings import (
     HostSendRecv,
     PeerBuffers,
+    PinnedCopiesBothWays,
     PinnedCopy,
     bind_unless_refused,
     mixed_over_slower_group,
@@ -68,9 +69,10 @@ def sizes_between(smallest: int, largest: int, factor: int = 4) -> list[int]:
 
 NCCL_PEERS = ("nccl send/recv", "torch all_to_all")  # NCCL called directly, not through gridcomm
 #: The staged transport's legs alone, timed where it is: its copies down and up (all the bytes a rank sends or
-#: receives, pinned host memory) and MPI between host buffers. Perfectly pipelined, staged takes the slowest: of
-#: the two copies on one node (node memory), of all three across nodes.
-STAGED_LEGS = ("pinned copy down", "pinned copy up", "host MPI")
+#: receives, pinned host memory), the two at once (as a pipelined exchange runs them), and MPI between host
+#: buffers. Perfectly pipelined, staged takes the slowest: of the copies on one node (node memory), of the copies
+#: and MPI across nodes.
+STAGED_LEGS = ("pinned copy down", "pinned copy up", "pinned copies both ways", "host MPI")
 
 
 def run_transfer(
@@ -121,7 +123,8 @@ def run_transfer(
         sent = nbytes * len(peers)
         staged = [k for k in timings if _transport_of(k) == "staged"]
         if staged:
-            legs = (PinnedCopy(sent, down=True), PinnedCopy(sent, down=False), HostSendRecv(comm, nbytes, peers))
+            legs = (PinnedCopy(sent, down=True), PinnedCopy(sent, down=False), PinnedCopiesBothWays(sent),
+                    HostSendRecv(comm, nbytes, peers))  # fmt: skip
             timings.update({name: time_gpu(comm, leg, samples) for name, leg in zip(STAGED_LEGS, legs, strict=True)})
         ceiling = min(timings["peer copy kernel"].median, timings["peer copy engine"].median)
         # gridcomm's fastest way that is not NCCL, against NCCL's fastest (its own calls, or gridcomm's nccl).
@@ -151,13 +154,15 @@ def run_transfer(
 def _staged_share(timings: Mapping[str, Any], staged: Sequence[str], sent: int) -> dict[str, Any]:
     """The staged transport's ceiling (its slower pinned copy alone, down or up: on one node the chunks need no
     other leg, and host MPI, timed beside them, is the leg across nodes), as GB/s, which copy it is, and the
-    fastest staged timing's share of it."""
+    fastest staged timing's share of it; and that timing's share of the two copies run at once, as an exchange
+    runs them (``staged_share_of_both_ways``)."""
     slowest = max(STAGED_LEGS[:2], key=lambda k: timings[k].median)
     fastest = min(timings[k].median for k in staged)
     return {
         "staged_ceiling_GBps": sent / timings[slowest].median / 1e9,
         "staged_ceiling_leg": slowest,
         "staged_share_of_ceiling": timings[slowest].median / fastest,
+        "staged_share_of_both_ways": timings[STAGED_LEGS[2]].median / fastest,
     }
 
 

@@ -384,7 +384,10 @@ def _bench_transfer_on(
             + [f"{r['ceiling_GBps']:.0f}"]
             + [f"{r['best_vs_nccl_best']:.2f} ({r['best']})" if r["best"] else "-"]
             + (
-                [f"{r['staged_ceiling_GBps']:.1f} ({r['staged_ceiling_leg']}): {r['staged_share_of_ceiling']:.2f}"]
+                [
+                    f"{r['staged_ceiling_GBps']:.1f} ({r['staged_ceiling_leg']}): {r['staged_share_of_ceiling']:.2f}"
+                    f"; both at once: {r['staged_share_of_both_ways']:.2f}"
+                ]
                 if staged
                 else []
             )
@@ -396,7 +399,9 @@ def _bench_transfer_on(
             f"sends to the others per s, as nccl-tests); NVLink nominal "
             f"{f'{nominal:.0f} GB/s out of each GPU' if nominal else 'unknown'}"
         )
-        staged_column = ["staged's ceiling GB/s (slowest leg): share"] if staged else []
+        staged_column = (
+            ["staged's ceiling GB/s (slower copy alone): share; share of both copies at once"] if staged else []
+        )
         console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best", *staged_column], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
