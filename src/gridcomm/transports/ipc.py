@@ -408,6 +408,7 @@ PEER_RANK, ROW_FIRST, ROW_LAST, SCRATCH, LINES, LANDING, HALF, PEER_WIDTH = rang
 
 
 def _lines(nbytes: int) -> int:
+    """Lines of a landing area that a message of ``nbytes`` takes."""
     return -(-nbytes // LINE_DATA)
 
 
@@ -426,7 +427,7 @@ def landing_places(nbytes: Sequence[int]) -> tuple[list[int], list[int], int, in
     for n in nbytes:
         scratch.append(lines * LINE_DATA)
         landing.append(lines * LINE_BYTES)
-        lines += -(-n // LINE_DATA)
+        lines += _lines(n)
     return scratch, landing, lines * LINE_DATA, lines * LINE_BYTES
 
 

@@ -92,6 +92,9 @@ class _Chunk:
 
 
 class _StagedChannel(Channel):
+    """One exchanger's messages in chunks through pinned host memory: this rank's send buffer, or the inboxes of
+    the destinations on its node (node memory); its own receive buffer, an inbox where ``node_memory`` allows."""
+
     def __init__(self, comm: Communicator, packer: Any, tag: int, chunk_bytes: int, node_memory: bool) -> None:
         import cupy
 
