@@ -395,3 +395,22 @@ def test_gridcomm_timeout_survives_pickling():
     assert type(back) is GridcommTimeout
     assert (back.operation, back.rank, back.peers, back.elapsed) == (exc.operation, 0, (1,), 2.0)
     assert str(back) == str(exc)
+
+
+def test_ipc_goes_one_way_for_small_messages_only():
+    """The one-way protocol serves an exchange whose every message (and the rank's copy to itself) is at most
+    one_way_bytes: one thread block moves each, so one large message takes the whole exchange to the fields."""
+    from types import SimpleNamespace
+
+    from gridcomm.transports import IpcTransport
+
+    def layout(*sizes):
+        return SimpleNamespace(sends=[SimpleNamespace(nbytes=n) for n in sizes], recvs=[])
+
+    small = IpcTransport(one_way_bytes=100)
+    with gridcomm.Communicator() as comm:
+        assert small.goes_one_way(comm, layout(100, 40))
+        assert not small.goes_one_way(comm, layout(40, 101))
+        assert not small.goes_one_way(comm, layout(40), SimpleNamespace(send_nbytes=101))  # its own copy too
+        assert small.goes_one_way(comm, layout(), SimpleNamespace(send_nbytes=100))
+        assert not IpcTransport(one_way_bytes=0).goes_one_way(comm, layout(8))
