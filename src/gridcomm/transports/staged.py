@@ -107,7 +107,6 @@ class _StagedChannel(Channel):
             self._memory.append(cupy.cuda.alloc_pinned_memory(recv_n))
         send = np.frombuffer(self._memory[0], dtype=np.uint8, count=send_n)
         recv = self._inbox.array if self._inbox is not None else np.frombuffer(self._memory[1], np.uint8, recv_n)
-        self._host = (send, recv)
         self._outboxes: dict[int, tuple[NodeMemory, int]] = self._map_inboxes(layout) if node_memory else {}
         # The sources that write into this rank's inbox (each sender decides, by mapping it or not).
         writers = comm.mpi.alltoall([r in self._outboxes for r in range(comm.size)]) if node_memory else []
@@ -157,11 +156,6 @@ class _StagedChannel(Channel):
             if (box := NodeMemory.open(*inboxes[m.peer])) is not None:
                 mapped[m.peer] = (box, there[m.peer])
         return mapped
-
-    @property
-    def through_node_memory(self) -> list[int]:
-        """The destinations whose chunks are copied straight into their inboxes (the rest go through MPI)."""
-        return sorted(self._outboxes)
 
     def start(self, stream: Any = None) -> None:
         self._stream = stream
@@ -240,7 +234,6 @@ class _StagedChannel(Channel):
                         *self._credits_in.values()):  # fmt: skip
             request.Free()
         self._sends, self._recvs, self._credits_out, self._credits_in, self._memory = [], [], [], {}, []
-        self._host = (None, None)
         for box, _ in self._outboxes.values():
             box.close()
         self._outboxes = {}
