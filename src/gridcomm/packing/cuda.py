@@ -9,7 +9,7 @@ copies what a rank sends itself straight from field to field) in one launch and 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,13 @@ def copy_kernel(source: Path, name: str) -> Any:
     return kernels.function(source, name, options)
 
 
+def multiprocessors() -> int:
+    """The SMs of the current GPU."""
+    import cupy
+
+    return _multiprocessors(cupy.cuda.Device().id)
+
+
 @functools.cache
 def _multiprocessors(device: int) -> int:
     import cupy
@@ -56,6 +63,44 @@ def device_allocation(nbytes: int) -> Any:
     return cupy.ndarray((max(nbytes, 1),), dtype=np.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
 
 
+class RecordedLaunch:
+    """A kernel launch whose arguments change only with a key (a GPU-side wait's time limit), replayed outside a
+    capture from a one-kernel CUDA graph recorded at the first launch and again when the key changes: CuPy
+    marshals a kernel's arguments at every launch, which cost 8.5 µs of host time for the copy kernel's and
+    13 µs for the one-way ipc kernel's 20 (4 x H100), against a few for a graph launch. Inside a capture (a
+    graph of the whole exchange), the kernel itself."""
+
+    def __init__(self, kernel: Any, grid: int, threads: int) -> None:
+        self._kernel, self._grid, self._threads = kernel, grid, threads
+        self._graph: Any = None
+        self._key: object = None
+
+    def launch(self, args: Callable[[], tuple[Any, ...]], stream: Any, key: object = None) -> None:
+        """Enqueue the kernel with ``args()`` on ``stream`` (None: the current stream); ``key``: what the
+        arguments depend on beyond the arrays, whose addresses never change."""
+        import cupy
+
+        stream = stream if stream is not None else cupy.cuda.get_current_stream()
+        if stream.is_capturing():
+            self._kernel((self._grid,), (self._threads,), args(), stream=stream)
+            return
+        if self._graph is None or key != self._key:
+            self._graph, self._key = self._record(args()), key
+        self._graph.launch(stream)
+
+    def _record(self, args: tuple[Any, ...]) -> Any:
+        """The launch as a CUDA graph, captured on a stream of its own (nothing runs)."""
+        import cupy
+
+        recorder = cupy.cuda.Stream(non_blocking=True)
+        recorder.begin_capture()
+        try:
+            self._kernel((self._grid,), (self._threads,), args, stream=recorder)
+        finally:
+            graph = recorder.end_capture()
+        return graph
+
+
 class SegmentTable:
     """A descriptor table on the device and each block's pieces of it (``balanced_pieces`` with
     PIECE_UNITS and the rows' ``lanes``): BLOCKS_PER_SM blocks per SM of the current device (or at most
@@ -67,14 +112,14 @@ class SegmentTable:
         self._keep = rows.keep
         table = np.array(rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
         units = table[:, UNITS]
-        cap = blocks or BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id)
+        cap = blocks or BLOCKS_PER_SM * multiprocessors()
         self.grid = max(1, min(cap, -(-int(units.sum()) // THREADS)))
         pieces = balanced_pieces(units, self.grid, PIECE_UNITS, lanes)
         self.pieces = len(pieces[0])
         self.table = cupy.asarray(table)
         self._pieces = tuple(cupy.asarray(a) for a in pieces)
-        self._kernel = copy_kernel(FOLDER / "pack.cu", "gridcomm_copy_runs")  # found once: not at every launch
-        self._graph: Any = None  # the launch recorded once, replayed by copy(): made at the first copy()
+        # The kernel is found once, not at every launch; its arguments never change.
+        self._launch = RecordedLaunch(copy_kernel(FOLDER / "pack.cu", "gridcomm_copy_runs"), self.grid, THREADS)
 
     @property
     def args(self) -> tuple[Any, ...]:
@@ -82,34 +127,9 @@ class SegmentTable:
         return (self.table, *self._pieces, np.int32(self.pieces))
 
     def copy(self, stream: Any) -> None:
-        """Enqueue the copy of every row on ``stream`` (None: the current stream).
-
-        Outside a capture, the launch is a replay of a one-kernel CUDA graph recorded at the first call (its
-        arguments never change): CuPy marshals a kernel's arguments at every launch, which cost 8.5 µs of host
-        time per pack or unpack (4 x H100), against a few for a graph launch. Inside a capture, the kernel."""
-        if not self.pieces:
-            return
-        import cupy
-
-        stream = stream if stream is not None else cupy.cuda.get_current_stream()
-        if stream.is_capturing():
-            self._kernel((self.grid,), (THREADS,), self.args, stream=stream)
-            return
-        if self._graph is None:
-            self._graph = self._record()
-        self._graph.launch(stream)
-
-    def _record(self) -> Any:
-        """The launch as a CUDA graph, captured on a stream of its own (nothing runs)."""
-        import cupy
-
-        recorder = cupy.cuda.Stream(non_blocking=True)
-        recorder.begin_capture()
-        try:
-            self._kernel((self.grid,), (THREADS,), self.args, stream=recorder)
-        finally:
-            graph = recorder.end_capture()
-        return graph
+        """Enqueue the copy of every row on ``stream`` (None: the current stream): a RecordedLaunch."""
+        if self.pieces:
+            self._launch.launch(lambda: self.args, stream)
 
 
 class CudaPacker(BufferedMessages):

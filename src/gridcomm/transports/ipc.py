@@ -34,7 +34,13 @@ from ..arguments import whole_number
 from ..comm import Communicator
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
-from ..packing.cuda import THREADS, SegmentTable, copy_kernel, device_allocation
+from ..packing.cuda import (
+    THREADS,
+    RecordedLaunch,
+    SegmentTable,
+    copy_kernel,
+    device_allocation,
+)
 from ..packing.geometry import RunGrid, message_grid, paired_grids, run_grid
 from ..packing.table import (
     DST,
@@ -511,38 +517,36 @@ class _OneWayChannel(_PeerChannel):
         self._pack, self._unpack = _table(tables.pack), _table(tables.unpack)
         self._sends, self._recvs = cupy.asarray(sends), cupy.asarray(recvs)
         local_rows = self._local[1] > self._local[0]
-        self._grid = max(1, max(len(layout.sends), len(layout.recvs)) + local_rows)
+        grid = max(1, max(len(layout.sends), len(layout.recvs)) + local_rows)
         self._finished = cupy.zeros(1, dtype=np.uint32)
-        self._exchange = copy_kernel(SOURCE, "gridcomm_ipc_one_way")
+        self._exchange = RecordedLaunch(copy_kernel(SOURCE, "gridcomm_ipc_one_way"), grid, ONE_WAY_THREADS)
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
     def start(self, stream: Any = None) -> None:
-        self._exchange(
-            (self._grid,),
-            (ONE_WAY_THREADS,),
-            (
-                self._pack,
-                self._unpack,
-                self._sends,
-                np.int32(len(self._destinations)),
-                self._recvs,
-                np.int32(len(self._sources)),
-                np.int64(self._local[0]),
-                np.int64(self._local[1]),
-                self._send_scratch,
-                self._recv_scratch,
-                self._landing,
-                np.int64(self._half),
-                self._epoch,
-                self._finished,
-                self._flags,
-                self._peer_flags,
-                np.int32(self._comm.rank),
-                np.int32(self._comm.size),
-                self._waits.limit_ns,
-                self._waits.address,
-            ),
-            stream=stream,
+        self._exchange.launch(self._arguments, stream, key=int(self._waits.limit_ns))
+
+    def _arguments(self) -> tuple[Any, ...]:
+        return (
+            self._pack,
+            self._unpack,
+            self._sends,
+            np.int32(len(self._destinations)),
+            self._recvs,
+            np.int32(len(self._sources)),
+            np.int64(self._local[0]),
+            np.int64(self._local[1]),
+            self._send_scratch,
+            self._recv_scratch,
+            self._landing,
+            np.int64(self._half),
+            self._epoch,
+            self._finished,
+            self._flags,
+            self._peer_flags,
+            np.int32(self._comm.rank),
+            np.int32(self._comm.size),
+            self._waits.limit_ns,
+            self._waits.address,
         )
 
     def close(self) -> None:
@@ -559,33 +563,31 @@ class _KernelChannel(_IpcChannel):
         super().__init__(comm, packer)
         self._table = SegmentTable(self._rows, self._lanes(), blocks)
         self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
-        self._exchange = copy_kernel(SOURCE, "gridcomm_ipc_exchange")  # found once: not at every launch
+        # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
+        self._exchange = RecordedLaunch(copy_kernel(SOURCE, "gridcomm_ipc_exchange"), self._table.grid, THREADS)
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
     def start(self, stream: Any = None) -> None:
-        # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
-        self._exchange(
-            (self._table.grid,),
-            (THREADS,),
-            (
-                *self._table.args,
-                self._epoch,
-                self._finished,
-                self._flags,
-                self._peer_flags,
-                self._destination_ranks,
-                np.int32(len(self._destinations)),
-                self._source_ranks,
-                np.int32(len(self._sources)),
-                np.int32(self._comm.rank),
-                np.int32(self._comm.size),
-                self._waits.limit_ns,
-                self._waits.address,
-            ),
-            stream=stream,
-        )
+        self._exchange.launch(self._arguments, stream, key=int(self._waits.limit_ns))
         if self._unpack is not None:  # the kernel has waited for every source: what they staged is here
             self._unpack.copy(stream)
+
+    def _arguments(self) -> tuple[Any, ...]:
+        return (
+            *self._table.args,
+            self._epoch,
+            self._finished,
+            self._flags,
+            self._peer_flags,
+            self._destination_ranks,
+            np.int32(len(self._destinations)),
+            self._source_ranks,
+            np.int32(len(self._sources)),
+            np.int32(self._comm.rank),
+            np.int32(self._comm.size),
+            self._waits.limit_ns,
+            self._waits.address,
+        )
 
 
 class _CopyEngineChannel(_IpcChannel):
