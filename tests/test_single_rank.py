@@ -332,6 +332,9 @@ def test_transport_labels_configure_transports():
     assert by_label("ipc/method=copy-engine/blocks=4") == IpcTransport(method="copy-engine", blocks=4)
     assert by_label("mpi/method=neighbor") == MpiTransport(method="neighbor")
     assert by_label("ipc/two-way") == IpcTransport(one_way_bytes=0) == by_label("ipc/one_way_bytes=0")
+    assert by_label("ipc/blocks=66+nccl") == {"node": IpcTransport(blocks=66), "network": "nccl"}
+    with pytest.raises(TransportError, match="'pigeon' is unknown"):
+        by_label("ipc+pigeon/blocks=3")
     with pytest.raises(
         TransportError, match=r"'speed=3' is not an option of ipc.*\['blocks', 'method', 'one_way_bytes'\]"
     ):

@@ -637,7 +637,9 @@ class BoundExchange:
                     group.channel.before_pack(lane, self.timeout)
             except GridcommTimeout as error:
                 self._give_up(error)
-        for group, lane in zip(self._groups, lanes, strict=True):
+        # The peers on other nodes first: theirs is the longer trip, and the host drives some of their transports
+        # (staged), whose copies then run while the node's group is enqueued.
+        for group, lane in reversed(list(zip(self._groups, lanes, strict=True))):
             if lane is not None:  # GPU fields: the group's stream, which its packer enqueues on
                 group.packer.stream = lane
             group.packer.pack()

@@ -86,11 +86,19 @@ def kind(name: str) -> type[Transport]:
     return _REGISTRY[name]
 
 
-def by_label(label: str) -> str | Transport:
+def by_label(label: str) -> str | Transport | dict[str, str | Transport]:
     """What a constructor takes for ``label``: a transport's name or ``"auto"`` as it is, a label of LABELLED as
     its configured Transport (e.g. ``"ipc/copy-engine"``), and ``"NAME/OPTION=VALUE[/OPTION=VALUE...]"`` as that
     transport configured so (e.g. ``"ipc/blocks=32"``; whole numbers are read as such; no commas, which separate
-    labels on the command line). TransportError for an unknown name or option."""
+    labels on the command line); ``"NODE+NETWORK"`` (two such labels) as the mapping of a transport per group of
+    peers, ``{"node": ..., "network": ...}``. TransportError for an unknown name or option."""
+    if "+" in label:
+        node, _, network = label.partition("+")
+        return {"node": _one_by_label(node), "network": _one_by_label(network)}
+    return _one_by_label(label)
+
+
+def _one_by_label(label: str) -> str | Transport:
     if label in LABELLED or "/" not in label or "=" not in label:
         return LABELLED.get(label, label)
     name, _, options = label.partition("/")

@@ -78,7 +78,7 @@ STAGED_LEGS = ("pinned copy down", "pinned copy up", "pinned copies both ways", 
 def run_transfer(
     comm: Communicator,
     sizes: Sequence[int],
-    transports: Mapping[str, str | Transport | Mapping[str, str]] | None = None,
+    transports: Mapping[str, str | Transport | Mapping[str, Any]] | None = None,
     samples: int = 7,
     progress: Callable[[int], Any] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -294,8 +294,10 @@ def _halo_gpu_table(rows: list[dict[str, Any]]) -> Any:
 TransferTransports = Annotated[
     str | None,
     typer.Option(
-        help="Transports to time, comma-separated names or labels (e.g. ipc,ipc/two-way,ipc/one_way_bytes=65536); "
-        "default: every one usable here and its variants. NCCL's own calls and the ceilings are always timed."
+        help="Transports to time, comma-separated names or labels (e.g. ipc,ipc/two-way,ipc/one_way_bytes=65536), "
+        "or NODE+NETWORK for a transport per group of peers on several nodes (e.g. ipc/blocks=66+nccl); default: "
+        "every one usable here and its variants (and their mixes). NCCL's own calls and the ceilings are always "
+        "timed."
     ),
 ]
 
