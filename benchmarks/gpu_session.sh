@@ -93,9 +93,13 @@ sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py',
 '--out', '$dir/results']))"
         stage probe-waits-1rank 120 $py benchmarks/probe_host_waits.py --label one-rank --out "$dir/results"
         ;;
-      peers-setup)  # the benchmarks' peer libraries from the carried wheels (.whl/peers: ducc0), into /tmp/site
-        stage peers-setup 60 $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-          --target /tmp/site .whl/peers/*.whl
+      peers-setup)  # the benchmarks' peer libraries from the carried wheels (.whl/peers: ducc0, nanobind), into
+        # /tmp/site, then the sdists there built against this machine's MPI and CUDA (mpi4jax; JAX is installed)
+        stage peers-setup 300 bash -c "$py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+--upgrade --target /tmp/site .whl/peers/*.whl && for sdist in .whl/peers/*.tar.gz; do [ -e \"\$sdist\" ] || \
+continue; PYTHONPATH=/tmp/site:\$PYTHONPATH $py -m pip install -q --no-index --no-deps --no-build-isolation \
+--no-compile --no-cache-dir --target /tmp/site \"\$sdist\" || exit; done; PYTHONPATH=/tmp/site:\$PYTHONPATH \
+$py -c 'import mpi4jax; print(\"mpi4jax\", mpi4jax.__version__, \"CUDA:\", mpi4jax.has_cuda_support())'"
         export PYTHONPATH="/tmp/site:$PYTHONPATH"
         ;;
       cuda-mpi)  # the CUDA-aware Open MPI built by benchmarks/build_cuda_mpi.sh (carried in .whl/cuda-mpi, built

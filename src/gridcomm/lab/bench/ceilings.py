@@ -7,6 +7,7 @@ pick) does with contiguous buffers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -284,6 +285,46 @@ def torch_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
     send = torch.full((sum(splits),), comm.rank, dtype=torch.uint8, device="cuda")
     recv = torch.empty_like(send)
     return lambda: dist.all_to_all_single(recv, send, splits, splits)
+
+
+def mpi4jax_reason(comm: Communicator) -> str | None:
+    """Collective: None where mpi4jax can move this rank's GPU arrays (JAX with a GPU, mpi4jax built with CUDA),
+    else why it cannot be a peer here (the same answer on every rank). JAX is kept from taking most of the GPU's
+    memory at start (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    reason = None
+    try:
+        import jax
+        import mpi4jax
+
+        if not mpi4jax.has_cuda_support():
+            reason = "mpi4jax was built without CUDA (build it where nvcc and CUDA's headers are)"
+        elif not jax.devices("gpu"):
+            reason = "JAX sees no GPU"
+    except Exception as error:  # mpi4jax or JAX missing or broken: no peer, not an error
+        reason = f"mpi4jax is not importable ({type(error).__name__}: {error})"
+    reasons = [r for r in comm.mpi.allgather(reason) if r]
+    return reasons[0] if reasons else None
+
+
+def mpi4jax_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
+    """mpi4jax's ``alltoall`` (``mpi4jax_reason`` first) of ``nbytes`` to and from every rank, jitted, on this
+    rank's GPU: what a JAX user would call. mpi4jax sends equal blocks to every rank, its own included (a local
+    copy more than the others move); where MPI is not CUDA-aware it goes through host memory. Checked once: block
+    r of what arrives holds rank r's bytes."""
+    import cupy
+    import jax
+    import jax.numpy as jnp
+    import mpi4jax
+
+    device = jax.devices("gpu")[cupy.cuda.Device().id]
+    send = jax.device_put(jnp.full((comm.size, nbytes), comm.rank % 256, dtype=jnp.uint8), device)
+    step = jax.jit(lambda x: mpi4jax.alltoall(x, comm=comm.mpi))
+    first = np.asarray(step(send))
+    wrong = [r for r in range(comm.size) if not (first[r] == r % 256).all()]
+    if wrong:
+        raise AssertionError(f"rank {comm.rank}: mpi4jax's blocks from ranks {wrong} arrived wrong ({nbytes} B each)")
+    return lambda: step(send).block_until_ready()
 
 
 def time_groups_alone(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:

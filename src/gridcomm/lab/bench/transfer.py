@@ -29,6 +29,8 @@ from .ceilings import (
     PinnedCopy,
     bind_unless_refused,
     mixed_over_slower_group,
+    mpi4jax_alltoall,
+    mpi4jax_reason,
     nccl_sendrecv,
     nvlink_nominal_gbps,
     peer_copy,
@@ -95,10 +97,12 @@ def run_transfer(
     peers = [r for r in range(comm.size) if r != comm.rank]
     buffers = PeerBuffers(comm, max(sizes))
     no_torch = torch_process_group(comm)
+    no_jax = mpi4jax_reason(comm)
     nominal = comm.mpi.allgather(nvlink_nominal_gbps())
     shared: dict[str, Any] = {
         "nvlink_nominal_GBps": min(nominal) if all(nominal) else None,
         "torch_missing": no_torch,
+        "mpi4jax_missing": no_jax,
         "refused": {},  # transport -> why it could not bind (TransportError, raised on every rank together)
     }
     rows = []
@@ -118,6 +122,8 @@ def run_transfer(
         timings["nccl send/recv"] = time_gpu(comm, nccl_sendrecv(comm, nbytes, peers), samples)
         if no_torch is None:
             timings["torch all_to_all"] = time_gpu(comm, torch_alltoall(comm, nbytes), samples)
+        if no_jax is None:
+            timings["mpi4jax alltoall"] = time_gpu(comm, mpi4jax_alltoall(comm, nbytes), samples)
         timings["peer copy kernel"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=False), samples)
         timings["peer copy engine"] = time_gpu(comm, peer_copy(comm, buffers, nbytes, engine=True), samples)
         sent = nbytes * len(peers)

@@ -407,6 +407,8 @@ def _bench_transfer_on(
         console.print(table(title, ["per peer", *names, "ceiling", "best ÷ NCCL's best", *staged_column], body))
         if shared["torch_missing"]:
             console.print(f"no torch.distributed peer: {shared['torch_missing']}")
+        if shared["mpi4jax_missing"]:
+            console.print(f"no mpi4jax peer: {shared['mpi4jax_missing']}")
         say_refused(shared["refused"])
         say_written(path, png)
 

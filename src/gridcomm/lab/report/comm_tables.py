@@ -14,14 +14,16 @@ MIB = 1 << 20
 ROLES = {
     "nccl send/recv": "peer",  # NCCL's own grouped send/recv of the same bytes
     "torch all_to_all": "peer",  # torch.distributed's all_to_all_single over NCCL, the same bytes
+    "mpi4jax alltoall": "peer",  # mpi4jax's alltoall of JAX arrays over MPI (through the host without CUDA-aware MPI)
     "peer copy": "ceiling",  # a copy kernel writing straight into the peer's memory
     "peer copy kernel": "ceiling",
     "peer copy engine": "ceiling",
 }
 ROLE_NOTE = (
     "peer: nccl send/recv is NCCL's own grouped send/recv of the same bytes from contiguous buffers, torch "
-    "all_to_all torch.distributed's all_to_all_single (NCCL) of them; ceiling: peer copy is a copy straight into "
-    "every peer GPU's memory at once (one kernel over all peers, or the copy engines on a stream per peer); "
+    "all_to_all torch.distributed's all_to_all_single (NCCL) of them, mpi4jax alltoall mpi4jax's alltoall of JAX "
+    "arrays over MPI; ceiling: peer copy is a copy straight into every peer GPU's memory at once (one kernel "
+    "over all peers, or the copy engines on a stream per peer); "
     "a transport's own column is exchange() called from Python (a launch of the exchanger's own CUDA graph with "
     "ipc and nvshmem), 'enqueued' the same with each part enqueued from Python (GRIDCOMM_REPLAY=0), "
     "'graph' the exchange captured once and its graph launched in a loop; mpi appears where MPI is CUDA-aware."
