@@ -40,13 +40,6 @@ def copy_kernel(source: Path, name: str) -> Any:
     return kernels.function(source, name, options)
 
 
-def multiprocessors() -> int:
-    """The SMs of the current GPU."""
-    import cupy
-
-    return _multiprocessors(cupy.cuda.Device().id)
-
-
 @functools.cache
 def _multiprocessors(device: int) -> int:
     import cupy
@@ -112,7 +105,7 @@ class SegmentTable:
         self._keep = rows.keep
         table = np.array(rows.rows, dtype=np.int64).reshape(-1, TABLE_WIDTH)
         units = table[:, UNITS]
-        cap = blocks or BLOCKS_PER_SM * multiprocessors()
+        cap = blocks or BLOCKS_PER_SM * _multiprocessors(cupy.cuda.Device().id)
         self.grid = max(1, min(cap, -(-int(units.sum()) // THREADS)))
         pieces = balanced_pieces(units, self.grid, PIECE_UNITS, lanes)
         self.pieces = len(pieces[0])
