@@ -34,13 +34,7 @@ from ..arguments import whole_number
 from ..comm import Communicator
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
-from ..packing.cuda import (
-    THREADS,
-    RecordedLaunch,
-    SegmentTable,
-    copy_kernel,
-    device_allocation,
-)
+from ..packing.cuda import THREADS, RecordedLaunch, SegmentTable, copy_kernel, device_allocation
 from ..packing.geometry import RunGrid, message_grid, paired_grids, run_grid
 from ..packing.table import (
     DST,
