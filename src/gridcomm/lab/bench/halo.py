@@ -139,6 +139,7 @@ def _ghex_peer(comm: Communicator, decomposition: CartesianDecomposition, fields
     ours, theirs = [f.copy() for f in fields], [f.copy() for f in fields]
     with HaloExchanger(decomposition, ours, MpiTransport()) as exchanger:
         exchanger.exchange()
+    _synchronize(fields)  # GHEX reads the copies on streams of its own
     checked = GhexHalo(decomposition, theirs)
     checked.run()
     checked.close()
@@ -150,11 +151,20 @@ def _ghex_peer(comm: Communicator, decomposition: CartesianDecomposition, fields
     return GhexHalo(decomposition, fields)
 
 
-def peer_reasons(comm: Communicator) -> dict[str, str | None]:
-    """Collective: each peer of ``bench halo`` (by label) and why it is skipped here (None: it runs)."""
-    from .peers import LABELS, missing
+def _synchronize(fields: list[Any]) -> None:
+    """Wait for the GPU where ``fields`` are CuPy arrays (nothing on the host)."""
+    if fields and hasattr(fields[0], "__cuda_array_interface__"):
+        import cupy
 
-    return {LABELS["ghex"]: missing(comm, "ghex")}
+        cupy.cuda.Device().synchronize()
+
+
+def peer_reasons(comm: Communicator, on_device: bool = False) -> dict[str, str | None]:
+    """Collective: each peer of ``bench halo`` (by label) and why it is skipped here (None: it runs), for host
+    fields or (``on_device``) GPU fields."""
+    from .peers import LABELS, ghex_gpu_reason, missing
+
+    return {LABELS["ghex"]: ghex_gpu_reason(comm) if on_device else missing(comm, "ghex")}
 
 
 def run_case(
@@ -222,10 +232,12 @@ def run_gpu_case(
     transports: Mapping[str, Any],
     hbm_gbps: float,
     refused: dict[str, str] | None = None,
+    peers: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Time each of ``transports`` (label -> transport or mapping, as gpu_variants gives them) for ``case``
     (GPU fields; graph replays too where the transport allows),
-    beside NCCL's own grouped send/recv of the same per-peer bytes and the peer-copy ceiling; and the pack
+    beside NCCL's own grouped send/recv of the same per-peer bytes, the peer-copy ceiling and every peer that
+    runs here (``peers``: from ``peer_reasons(comm, on_device=True)``; GHEX checked bit for bit first); and the pack
     and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``. A transport
     that refuses to bind (TransportError, on every rank together) is left out and named in ``refused`` with
     why, and not tried again in later cases given the same dict."""
@@ -259,8 +271,14 @@ def run_gpu_case(
         buffers = PeerBuffers(comm, largest)
         timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, largest, False), samples)
         buffers.close()
+    if (peers or {}).get("GHEX", "not asked for") is None:
+        ghex = _ghex_peer(comm, decomposition, fields)
+        timings["GHEX"] = time_gpu(comm, ghex.run, samples)
+        ghex.close()
     exchanges = {
-        k: t for k, t in timings.items() if k not in ("nccl send/recv", "peer copy") and not k.endswith(" alone")
+        k: t
+        for k, t in timings.items()
+        if k not in ("nccl send/recv", "peer copy", "GHEX") and not k.endswith(" alone")
     }
     best = min(exchanges, key=lambda k: exchanges[k].median)
     return {

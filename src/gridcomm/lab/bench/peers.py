@@ -46,10 +46,31 @@ def missing(comm: Communicator, module: str) -> str | None:
     return None if found is None else f"{LABELS[module]} {found}; {INSTALL[module]}"
 
 
-def same_bits(comm: Communicator, ours: Sequence[np.ndarray], theirs: Sequence[np.ndarray]) -> bool:
-    """Collective: whether every array of ``ours`` equals its twin of ``theirs`` bit for bit on every rank."""
+def ghex_gpu_reason(comm: Communicator) -> str | None:
+    """Collective: None where GHEX can exchange GPU fields here (built with ``GHEX_USE_GPU=ON``; its MPI backend
+    hands device buffers to MPI, so MPI must be CUDA-aware), else why not (with ``missing``'s reasons)."""
+    reason = missing(comm, "ghex")
+    if reason is None:
+        import ghex
+
+        if not ghex.__config__.get("gpu"):
+            reason = "GHEX was built without GPU support; build it with GHEX_USE_GPU=ON GHEX_GPU_TYPE=NVIDIA"
+        elif ghex.__config__.get("transport") == "MPI" and not comm.cuda_aware:
+            reason = "GHEX's MPI backend hands device buffers to MPI, which is not CUDA-aware here"
+        reasons = [r for r in comm.mpi.allgather(reason) if r]
+        reason = f"GHEX on the GPU: {reasons[0]}" if reasons else None
+    return reason
+
+
+def same_bits(comm: Communicator, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:
+    """Collective: whether every array of ``ours`` (NumPy or CuPy) equals its twin of ``theirs`` bit for bit on
+    every rank."""
+
+    def host(a: Any) -> np.ndarray:
+        return a.get() if hasattr(a, "__cuda_array_interface__") else a
+
     equal = all(
-        a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+        a.shape == b.shape and np.array_equal(host(a).view(np.uint8), host(b).view(np.uint8))
         for a, b in zip(ours, theirs, strict=True)
     )
     from mpi4py import MPI
@@ -73,8 +94,9 @@ def _quiet_stderr() -> Iterator[None]:
 
 class GhexHalo:
     """The halo exchange of ``decomposition`` (any dimensions, halo widths and periodicity; box stencil) on
-    ``fields`` (host NumPy arrays of its local shape, C or Fortran order) by GHEX; ``run()`` is one exchange.
-    Collective to build and to run; ``close()`` frees GHEX's communicator."""
+    ``fields`` (NumPy arrays of its local shape, C or Fortran order; or CuPy arrays, where GHEX was built for the
+    GPU: ``ghex_gpu_reason``) by GHEX; ``run()`` is one exchange. Collective to build and to run; ``close()``
+    frees GHEX's communicator."""
 
     def __init__(self, decomposition: CartesianDecomposition, fields: Sequence[np.ndarray]) -> None:
         from ghex.context import make_context
@@ -86,6 +108,7 @@ class GhexHalo:
             make_field_descriptor,
             make_pattern,
         )
+        from ghex.util import Architecture
 
         if decomposition.stencil != "box":
             raise ValueError("GHEX's regular halo generator exchanges faces, edges and corners: use stencil='box'")
@@ -106,7 +129,16 @@ class GhexHalo:
         self._co = make_communication_object(self._context)
         first = tuple(lo for lo, _ in decomposition.halo)  # where the owned points start in a local array
         self._fields = list(fields)
-        self._descriptors = [make_field_descriptor(self._domain, f, first, f.shape) for f in self._fields]
+        self._descriptors = [
+            make_field_descriptor(
+                self._domain,
+                f,
+                first,
+                f.shape,
+                arch=Architecture.GPU if hasattr(f, "__cuda_array_interface__") else Architecture.CPU,
+            )
+            for f in self._fields
+        ]
         self._buffers = [self._pattern(d) for d in self._descriptors]
 
     def run(self) -> None:

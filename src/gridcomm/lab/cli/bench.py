@@ -144,9 +144,11 @@ def _bench_halo(
 
         variants, hbm = gpu_variants(comm), hbm_copy_gbps(comm)
         refused: dict[str, str] = {}  # transport -> why it could not bind
+        reasons = peer_reasons(comm, on_device=True) if peers else {}
+        say_peers(comm, reasons)
 
         def run(case: Any) -> dict[str, Any]:
-            return run_gpu_case(comm, case, samples, variants, hbm, refused)
+            return run_gpu_case(comm, case, samples, variants, hbm, refused, reasons)
     else:
         reasons = peer_reasons(comm) if peers else {}
         say_peers(comm, reasons)
@@ -164,7 +166,7 @@ def _bench_halo(
             "halo": halo,
             "samples": samples,
             "problem": "3-D float64 fields, horizontal 2-D process grid, periodic horizontally, box stencil",
-            "peers": {} if gpu else reasons,
+            "peers": reasons,
             "refused": refused if gpu else {},
         }
         path, png = save(out, "halo", machine, config, rows, plot_halo_gpu if gpu else plot_halo)

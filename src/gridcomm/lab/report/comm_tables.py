@@ -14,6 +14,7 @@ MIB = 1 << 20
 ROLES = {
     "nccl send/recv": "peer",  # NCCL's own grouped send/recv of the same bytes
     "torch all_to_all": "peer",  # torch.distributed's all_to_all_single over NCCL, the same bytes
+    "GHEX": "peer",  # GHEX's halo exchange of the same GPU fields (bench halo --gpu, where GHEX runs on the GPU)
     "mpi4jax alltoall": "peer",  # mpi4jax's alltoall of JAX arrays over MPI (through the host without CUDA-aware MPI)
     "peer copy": "ceiling",  # a copy kernel writing straight into the peer's memory
     "peer copy kernel": "ceiling",
