@@ -93,8 +93,9 @@ sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py',
 '--out', '$dir/results']))"
         stage probe-waits-1rank 120 $py benchmarks/probe_host_waits.py --label one-rank --out "$dir/results"
         ;;
-      peers-setup)  # the benchmarks' peer libraries from the carried wheels (.whl/peers: ducc0, nanobind), into
-        # /tmp/site, then the sdists there built against this machine's MPI and CUDA (mpi4jax; JAX is installed)
+      peers-setup)  # the benchmarks' peer libraries from the carried wheels (.whl/peers: ducc0, nanobind, GHEX for
+        # the GPU from build_ghex_gpu.sh), into /tmp/site, then the sdists there built against this machine's MPI
+        # and CUDA (mpi4jax; JAX is installed). GHEX runs on the GPU beside a CUDA-aware MPI: then `cuda-mpi`
         stage peers-setup 300 bash -c "$py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 --upgrade --target /tmp/site .whl/peers/*.whl && for sdist in .whl/peers/*.tar.gz; do [ -e \"\$sdist\" ] || \
 continue; PYTHONPATH=/tmp/site:\$PYTHONPATH $py -m pip install -q --no-index --no-deps --no-build-isolation \
