@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from ...arrays import is_device_array
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
 from ...errors import GridcommError
 from ...exchange import HaloExchanger
 from ...transports import CmaTransport, MpiTransport, Transport, mixes
 from ..measure.timing import time_interleaved
-from .ceilings import alone_label, mixed_over_slower_group
+from .ceilings import alone_label, mixed_over_slower_group, sync
 from .peers import GhexHalo, same_bits
 
 VARIANTS: dict[str, Transport] = {
@@ -139,7 +140,8 @@ def _ghex_peer(comm: Communicator, decomposition: CartesianDecomposition, fields
     ours, theirs = [f.copy() for f in fields], [f.copy() for f in fields]
     with HaloExchanger(decomposition, ours, MpiTransport()) as exchanger:
         exchanger.exchange()
-    _synchronize(fields)  # GHEX reads the copies on streams of its own
+    if fields and is_device_array(fields[0]):
+        sync()  # GHEX reads the copies on streams of its own
     checked = GhexHalo(decomposition, theirs)
     checked.run()
     checked.close()
@@ -149,14 +151,6 @@ def _ghex_peer(comm: Communicator, decomposition: CartesianDecomposition, fields
             "same result (check that GHEX was built against the MPI that mpi4py loads)"
         )
     return GhexHalo(decomposition, fields)
-
-
-def _synchronize(fields: list[Any]) -> None:
-    """Wait for the GPU where ``fields`` are CuPy arrays (nothing on the host)."""
-    if fields and hasattr(fields[0], "__cuda_array_interface__"):
-        import cupy
-
-        cupy.cuda.Device().synchronize()
 
 
 def peer_reasons(comm: Communicator, on_device: bool = False) -> dict[str, str | None]:

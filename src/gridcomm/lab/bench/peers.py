@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ...arrays import is_device_array, to_host
 from ...comm import Communicator
 from ...decomp import CartesianDecomposition
 
@@ -65,12 +66,8 @@ def ghex_gpu_reason(comm: Communicator) -> str | None:
 def same_bits(comm: Communicator, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:
     """Collective: whether every array of ``ours`` (NumPy or CuPy) equals its twin of ``theirs`` bit for bit on
     every rank."""
-
-    def host(a: Any) -> np.ndarray:
-        return a.get() if hasattr(a, "__cuda_array_interface__") else a
-
     equal = all(
-        a.shape == b.shape and np.array_equal(host(a).view(np.uint8), host(b).view(np.uint8))
+        a.shape == b.shape and np.array_equal(to_host(a).view(np.uint8), to_host(b).view(np.uint8))
         for a, b in zip(ours, theirs, strict=True)
     )
     from mpi4py import MPI
@@ -135,7 +132,7 @@ class GhexHalo:
                 f,
                 first,
                 f.shape,
-                arch=Architecture.GPU if hasattr(f, "__cuda_array_interface__") else Architecture.CPU,
+                arch=Architecture.GPU if is_device_array(f) else Architecture.CPU,
             )
             for f in self._fields
         ]
