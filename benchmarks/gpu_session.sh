@@ -37,6 +37,7 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: run, log, note the status
   local rc=$?
   summary+=("$name: exit $rc in $((SECONDS - start)) s")
   tail -n 40 "$dir/$name.log" | cat -v
+  return $rc
 }
 
 for what in "${@:-env tests}"; do
@@ -105,27 +106,43 @@ $py -c 'import mpi4jax; print(\"mpi4jax\", mpi4jax.__version__, \"CUDA:\", mpi4j
         ;;
       cuda-mpi)  # the CUDA-aware Open MPI built by benchmarks/build_cuda_mpi.sh (carried in .whl/cuda-mpi, built
         # here from the carried sources if absent): the mpi transport on device memory, its suites and benches
-        # (CUDA_MPI_TESTS_K: which GPU tests, pytest -k; CUDA_MPI_BENCHES: which of p2p, alltoall, halo)
+        # (CUDA_MPI_TESTS_K: which GPU tests, pytest -k, or none; CUDA_MPI_BENCHES: which of p2p, alltoall, halo,
+        # halo-cpu, transpose-cpu)
         cmpi="$PWD/.whl/cuda-mpi/openmpi-4.1.4-cuda"
         stage cuda-mpi-build 500 bash benchmarks/build_cuda_mpi.sh "$cmpi"
         (
           summary=()  # this subshell's stages, added to the session's below
-          export OPAL_PREFIX="$cmpi" LD_LIBRARY_PATH="$cmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+          # GHEX's GPU build (peers-setup) also needs CUDA's runtime and libnuma (carried in .whl/peers/lib).
+          cudart=$(dirname "$(find /usr/local/cuda/lib64/ /usr/local/lib/python3*/dist-packages/nvidia/ \
+            /usr/lib/python3/dist-packages/nvidia/ -maxdepth 3 -name 'libcudart.so.13*' 2>/dev/null | head -n 1)")
+          export OPAL_PREFIX="$cmpi" \
+            LD_LIBRARY_PATH="$cmpi/lib:$PWD/.whl/peers/lib:$cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
             MPI4PY_LIBMPI="$cmpi/lib/libmpi.so" GRIDCOMM_MPIEXEC="$cmpi/bin/mpiexec" \
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH="$cmpi/bin:$PATH"
-          stage cuda-mpi-info 60 bash -c "$py -m gridcomm info; ompi_info --parsable --all | grep built_with_cuda"
+          stage cuda-mpi-info 60 bash -c "$py -m gridcomm info; ompi_info --parsable --all | grep built_with_cuda; \
+$py -c 'import ghex; print(\"ghex\", ghex.__config__)'"
           # The suites run every GPU transport in one process: Open MPI's smcuda maps the peers' buffers it moved
           # by CUDA IPC and keeps them mapped, and CUDA then refuses ipc a second mapping (cudaErrorAlreadyMapped,
           # 2 x H100, 2026-11-26). Its IPC off for the suites (MPI then copies through the host: still right).
-          OMPI_MCA_btl_smcuda_use_cuda_ipc=0 \
+          [ "${CUDA_MPI_TESTS_K:-}" = none ] || OMPI_MCA_btl_smcuda_use_cuda_ipc=0 \
             stage cuda-mpi-tests 420 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
             tests/test_gpu.py -k "${CUDA_MPI_TESTS_K:-suite or mpi}"
           benches=" ${CUDA_MPI_BENCHES:-p2p alltoall halo} "
           [[ $benches != *" p2p "* ]] || stage cuda-mpi-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results"
           [[ $benches != *" alltoall "* ]] ||
             stage cuda-mpi-alltoall 300 $py -m gridcomm bench alltoall --np "$ngpu" --out "$dir/results"
+          # Open MPI keeps the peers' allocations it moved through CUDA IPC mapped, and CUDA refuses a second
+          # mapping of one (cudaErrorAlreadyMapped): where the ipc transport meets one, again with MPI's IPC off.
           [[ $benches != *" halo "* ]] ||
-            stage cuda-mpi-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results"
+            stage cuda-mpi-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ||
+            OMPI_MCA_btl_smcuda_use_cuda_ipc=0 stage cuda-mpi-halo-no-mpi-ipc 200 $py -m gridcomm bench halo --gpu \
+              --np "$ngpu" --out "$dir/results"
+          # The host's CPU against the CPU peers (GHEX, built against this MPI; mpi4py-fft where carried):
+          # HOST_RANKS ranks (default 16: a core each), fields on the host.
+          [[ $benches != *" halo-cpu "* ]] || stage cuda-mpi-halo-cpu 300 $py -m gridcomm bench halo --cpu \
+            --np "${HOST_RANKS:-16}" --out "$dir/results"
+          [[ $benches != *" transpose-cpu "* ]] ||
+            stage cuda-mpi-transpose-cpu 240 $py -m gridcomm bench transpose --np "${HOST_RANKS:-16}" --out "$dir/results"
           printf '%s\n' "${summary[@]}" >"$dir/cuda-mpi.summary"
         )
         summary+=("$(cat "$dir/cuda-mpi.summary" 2>/dev/null)")

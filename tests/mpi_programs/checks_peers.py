@@ -1,6 +1,6 @@
 """The GPU benchmarks' optional peers, run on the CPU where their libraries are installed: mpi4jax's all-to-all as
 ``bench alltoall`` calls it (lab/bench/ceilings.py), with JAX's CPU device standing for the rank's GPU and a CuPy
-that only names the current device. Run by tests/test_peers.py, which skips where mpi4jax is missing."""
+runtime that only names the current device. Run by tests/test_peers.py, which skips where mpi4jax is missing."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import gridcomm
 
 
 def _cpu_for_gpu() -> None:
-    """JAX's CPU device where the peer asks for the rank's GPU; a CuPy naming device 0 as the current one."""
+    """JAX's CPU device where the peer asks for the rank's GPU; a CuPy runtime whose current device is 0."""
     import jax
     import mpi4jax
 
     devices = jax.devices
     jax.devices = lambda kind=None: devices("cpu") if kind == "gpu" else devices(kind)
     mpi4jax.has_cuda_support = lambda: True
-    current = types.SimpleNamespace(id=0)
-    sys.modules["cupy"] = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: current))
+    runtime = types.SimpleNamespace(getDevice=lambda: 0, setDevice=lambda device: None)
+    sys.modules["cupy"] = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
 
 
 @ranks(minimum=2)

@@ -39,6 +39,7 @@ class GpuWaitReport:
         self.error = np.frombuffer(self._memory, dtype=np.int64, count=4)
         self.error[:] = 0
         self.limit_ns = np.uint64(0)
+        self._timeout = 0.0
 
     @property
     def address(self) -> np.uint64:
@@ -46,8 +47,10 @@ class GpuWaitReport:
         return np.uint64(self.error.ctypes.data)
 
     def set_timeout(self, timeout: float) -> None:
-        """Seconds each GPU-side wait may take before it gives up."""
-        self.limit_ns = np.uint64(int(timeout * 1e9))
+        """Seconds each GPU-side wait may take before it gives up (called before every exchange: the same
+        timeout costs one comparison)."""
+        if timeout != self._timeout:
+            self._timeout, self.limit_ns = timeout, np.uint64(int(timeout * 1e9))
 
     def check(self, operation: object) -> None:
         """Raise GridcommTimeout if a GPU-side wait gave up (read from host-mapped memory; no sync)."""

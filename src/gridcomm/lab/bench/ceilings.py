@@ -67,11 +67,19 @@ class PeerBuffers:
 
         runtime = cupy.cuda.runtime
         self.nbytes = nbytes
-        self.local = device_allocation(nbytes)
+        self._mapped: dict[int, int] = {}
+        kept = []  # buffers a peer could not map, held until one is found so that the next lies elsewhere
+        for _ in range(8):
+            self.local = device_allocation(nbytes)
+            handles = comm.mpi.allgather(runtime.ipcGetMemHandle(self.local.data.ptr))
+            if all(comm.mpi.allgather(self._map_all(handles, comm.rank))):
+                break
+            self._close_mapped()
+            kept.append(self.local)
+        else:
+            raise RuntimeError("no peer-copy buffer could be mapped by every rank in 8 tries (cudaErrorAlreadyMapped)")
         self.local.fill(comm.rank + 1)
         sync()
-        handles = comm.mpi.allgather(runtime.ipcGetMemHandle(self.local.data.ptr))
-        self._mapped = {r: runtime.ipcOpenMemHandle(h) for r, h in enumerate(handles) if r != comm.rank}
         here = cupy.cuda.Device().id
         self._views = {
             r: cupy.ndarray(
@@ -81,17 +89,38 @@ class PeerBuffers:
         }
         self._comm = comm
 
+    def _map_all(self, handles: list[Any], rank: int) -> bool:
+        """Map every other rank's buffer; False where CUDA says one is mapped already: a CUDA-aware MPI (Open
+        MPI's smcuda) keeps the peers' allocations it moved mapped, and a new allocation may lie where one of
+        those did (4 x H100, 2026-11-26)."""
+        import cupy
+
+        for r, handle in enumerate(handles):
+            if r == rank:
+                continue
+            try:
+                self._mapped[r] = cupy.cuda.runtime.ipcOpenMemHandle(handle)
+            except cupy.cuda.runtime.CUDARuntimeError as error:
+                if "AlreadyMapped" not in str(error):
+                    raise
+                return False
+        return True
+
+    def _close_mapped(self) -> None:
+        import cupy
+
+        for address in self._mapped.values():
+            cupy.cuda.runtime.ipcCloseMemHandle(address)
+        self._mapped = {}
+
     def peer(self, rank: int) -> Any:
         return self._views[rank]
 
     def close(self) -> None:
-        import cupy
-
         sync()
         self._comm.mpi.Barrier()  # nobody writes into a buffer that is about to go
-        for address in self._mapped.values():
-            cupy.cuda.runtime.ipcCloseMemHandle(address)
-        self._mapped, self._views = {}, {}
+        self._close_mapped()
+        self._views = {}
 
 
 def peer_copy(comm: Communicator, buffers: PeerBuffers, nbytes: int, engine: bool) -> Callable[[], None]:
@@ -290,8 +319,14 @@ def torch_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
 def mpi4jax_reason(comm: Communicator) -> str | None:
     """Collective: None where mpi4jax can move this rank's GPU arrays (JAX with a GPU, mpi4jax built with CUDA),
     else why it cannot be a peer here (the same answer on every rank). JAX is kept from taking most of the GPU's
-    memory at start (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set)."""
+    memory at start (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set). JAX starts on every GPU and leaves CUDA's
+    current device on one of its choosing (NCCL then found two ranks on one GPU, 4 x H100, 2026-11-26): the
+    rank's device is set again after each call into JAX (JAX's ``jax_cuda_visible_devices`` of the rank's GPU
+    alone made its arrays fail: "Device id 1 is out of range [0, 1)")."""
+    import cupy
+
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    here = cupy.cuda.runtime.getDevice()
     reason = None
     try:
         import jax
@@ -303,6 +338,8 @@ def mpi4jax_reason(comm: Communicator) -> str | None:
             reason = "JAX sees no GPU"
     except Exception as error:  # mpi4jax or JAX missing or broken: no peer, not an error
         reason = f"mpi4jax is not importable ({type(error).__name__}: {error})"
+    finally:
+        cupy.cuda.runtime.setDevice(here)
     reasons = [r for r in comm.mpi.allgather(reason) if r]
     return reasons[0] if reasons else None
 
@@ -317,14 +354,22 @@ def mpi4jax_alltoall(comm: Communicator, nbytes: int) -> Callable[[], None]:
     import jax.numpy as jnp
     import mpi4jax
 
-    device = jax.devices("gpu")[cupy.cuda.Device().id]
-    send = jax.device_put(jnp.full((comm.size, nbytes), comm.rank % 256, dtype=jnp.uint8), device)
+    runtime = cupy.cuda.runtime
+    here = runtime.getDevice()
+    with jax.default_device(jax.devices("gpu")[here]):
+        send = jnp.full((comm.size, nbytes), comm.rank % 256, dtype=jnp.uint8)
     step = jax.jit(lambda x: mpi4jax.alltoall(x, comm=comm.mpi))
     first = np.asarray(step(send))
+    runtime.setDevice(here)
     wrong = [r for r in range(comm.size) if not (first[r] == r % 256).all()]
     if wrong:
         raise AssertionError(f"rank {comm.rank}: mpi4jax's blocks from ranks {wrong} arrived wrong ({nbytes} B each)")
-    return lambda: step(send).block_until_ready()
+
+    def call() -> None:  # the rank's device set again: CuPy's events and the next transports follow it
+        step(send).block_until_ready()
+        runtime.setDevice(here)
+
+    return call
 
 
 def time_groups_alone(comm: Communicator, exchanger: Any, name: str, samples: int) -> dict[str, Timing]:

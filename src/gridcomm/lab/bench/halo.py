@@ -226,15 +226,15 @@ def run_gpu_case(
     transports: Mapping[str, Any],
     hbm_gbps: float,
     refused: dict[str, str] | None = None,
-    peers: dict[str, str | None] | None = None,
+    libraries: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Time each of ``transports`` (label -> transport or mapping, as gpu_variants gives them) for ``case``
     (GPU fields; graph replays too where the transport allows),
-    beside NCCL's own grouped send/recv of the same per-peer bytes, the peer-copy ceiling and every peer that
-    runs here (``peers``: from ``peer_reasons(comm, on_device=True)``; GHEX checked bit for bit first); and the pack
-    and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``. A transport
-    that refuses to bind (TransportError, on every rank together) is left out and named in ``refused`` with
-    why, and not tried again in later cases given the same dict."""
+    beside NCCL's own grouped send/recv of the same per-peer bytes, the peer-copy ceiling and every peer library
+    that runs here (``libraries``: from ``peer_reasons(comm, on_device=True)``; GHEX checked bit for bit first);
+    and the pack and unpack launches alone, as GB/s (bytes read plus written) beside the HBM copy ``hbm_gbps``.
+    A transport that refuses to bind (TransportError, on every rank together) is left out and named in
+    ``refused`` with why, and not tried again in later cases given the same dict."""
     import cupy
 
     from .ceilings import (
@@ -265,7 +265,7 @@ def run_gpu_case(
         buffers = PeerBuffers(comm, largest)
         timings["peer copy"] = time_gpu(comm, peer_copy(comm, buffers, largest, False), samples)
         buffers.close()
-    if (peers or {}).get("GHEX", "not asked for") is None:
+    if (libraries or {}).get("GHEX", "not asked for") is None:
         ghex = _ghex_peer(comm, decomposition, fields)
         timings["GHEX"] = time_gpu(comm, ghex.run, samples)
         ghex.close()

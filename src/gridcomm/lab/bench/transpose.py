@@ -28,7 +28,13 @@ from ..measure.timing import time_interleaved
 from .halo import host_variants
 from .peers import same_bits
 
-VARIANTS: dict[str, Transport] = {"mpi": MpiTransport(), "cma": CmaTransport()}
+#: gridcomm's ways of moving the blocks: packed copies per peer, MPI's datatypes in one neighbourhood call (as
+#: mpi4py-fft's Alltoallw of subarray types), and cma's single copy.
+VARIANTS: dict[str, Transport] = {
+    "mpi": MpiTransport(),
+    "mpi neighbor/datatype": MpiTransport("neighbor", "datatype"),
+    "cma": CmaTransport(),
+}
 #: The hand-written peer's label.
 HAND = "pack+Alltoallv"
 
