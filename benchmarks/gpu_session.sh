@@ -86,6 +86,16 @@ sys.exit(run_under_mpiexec(4, [sys.executable, 'tests/mpi_programs/stencil2d_ran
         stage bench-stencil2d-shmem1 300 $py -m gridcomm bench stencil2d --np 1 --samples 5 \
           --modes traditional,graph,nvshmem,persistent --out "$dir/results"
         ;;
+      bench-stencil2d-shmem)  # every GPU: the GPU-initiated modes beside overlapped and graph, every size
+        stage bench-stencil2d-shmem 300 $py -m gridcomm bench stencil2d --np "$ngpu" --samples 5 \
+          --modes overlapped,graph,nvshmem,persistent --out "$dir/results"
+        ;;
+      tune-persistent)  # every GPU: the persistent stencil kernel's block shapes and tile walks (after nvshmem-setup);
+        # TUNE_PERSISTENT: tune_persistent.py's options instead of its defaults
+        stage tune-persistent 400 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_persistent.py', '--out', '$dir/results', \
+*'${TUNE_PERSISTENT:-}'.split()]))"
+        ;;
       probe-waits)  # host waits before and after NVSHMEM starts, 2 ranks: Open MPI's default binding, then gridcomm's launch
         stage probe-waits-bound 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x PYTHONPATH -x NVSHMEM_DISABLE_NVLS \
           $py benchmarks/probe_host_waits.py --label openmpi-default --out "$dir/results"

@@ -221,6 +221,67 @@ def test_nccl_is_aborted_without_the_gil(cupy):
     comm.close()
 
 
+def test_capture_keeps_the_streams_priorities(cupy):
+    """A step forked to a stream of the highest priority and joined back, captured whole: it replays in order,
+    and its graph runs each kernel at the priority of the stream it was captured from."""
+    from gridcomm.device import HIGHEST_PRIORITY
+    from gridcomm.graphs import capture
+
+    main = cupy.cuda.Stream(non_blocking=True)
+    side = cupy.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
+    forked, joined = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
+    x = cupy.zeros(1 << 16, dtype=cupy.float64)
+    main.synchronize()
+
+    def step():
+        main.record(forked)
+        side.wait_event(forked)
+        with side:
+            x[...] += 1
+        side.record(joined)
+        main.wait_event(joined)
+        with main:
+            x[...] *= 3
+        return "stepped"
+
+    graph, result = capture(main, step)
+    assert result == "stepped" and graph.keeps_priorities
+    assert float(x.sum()) == 0.0  # capturing ran nothing
+    graph.launch(main)
+    graph.launch(main)
+    main.synchronize()
+    assert (x == 12.0).all()  # ((0 + 1) * 3 + 1) * 3
+    graph.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        graph.launch(main)
+
+
+def test_capture_ends_when_the_work_fails(cupy):
+    from gridcomm.graphs import capture
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+
+    def failing():
+        with stream:
+            cupy.ones(8) * 2
+        raise ValueError("the step failed")
+
+    with pytest.raises(ValueError, match="the step failed"):
+        capture(stream, failing)
+    assert not stream.is_capturing()
+    y = cupy.zeros(8)
+    stream.synchronize()
+
+    def fill():
+        with stream:
+            y.fill(5.0)
+
+    graph, _ = capture(stream, fill)  # the stream captures again
+    graph.launch(stream)
+    stream.synchronize()
+    assert (y == 5.0).all()
+
+
 def test_staged_cannot_be_captured(cupy, decompose):
     d = decompose((8, 8), halo=1, periodic=True)
     with HaloExchanger(d, d.zeros(xp=cupy), "staged") as ex, pytest.raises(GridcommError, match="CUDA graph"):

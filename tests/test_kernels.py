@@ -54,7 +54,8 @@ def test_nvshmem_source_links_against_the_device_library(source, tmp_path, monke
     cubin = shmem.build_cubin(source, "90", ("--fmad=false",)).read_bytes()
     entry = r"extern \"C\" __global__ void (?:__launch_bounds__\(\d+\) )?(gridcomm\w+)\("
     kernels = re.findall(entry, source.read_text())
-    kernels += [f"gridcomm_jacobi2d_{k}_{t}" for k in ("send_edges", "boundary", "persistent") for t in ("f64", "f32")
+    shmem_kernels = ("send_edges", "boundary", "persistent", "persistent_two")
+    kernels += [f"gridcomm_jacobi2d_{k}_{t}" for k in shmem_kernels for t in ("f64", "f32")
                 if "GRIDCOMM_JACOBI_SHMEM(" in source.read_text()]  # fmt: skip
     assert kernels and all(k.encode() in cubin for k in kernels), kernels
     assert b"nvshmemi_device_state" in cubin  # the device library was linked in

@@ -93,9 +93,9 @@ def test_model_from_the_committed_results_matches_what_was_measured():
     rows = scaling.compare(inputs, halo_per_sqrt=8.4)
     assert {r["dwarf"] for r in rows} == {"alltoall", "stencil2d", "mpdata", "spectral"} and len(rows) >= 20
     assert {r["gpus"] for r in rows} == {2, 4} and {r["gpus"] for r in rows if r["dwarf"] == "spectral"} == {2, 4}
-    # MPDATA on 2 GPUs beside its one-GPU input of the same session (a report's raw files): strong scaling
+    # MPDATA on 4 GPUs beside its one-GPU input of the same call (2026-11-27): strong scaling
     (mpdata,) = [r for r in rows if r["dwarf"] == "mpdata"]
-    assert mpdata["gpus"] == 2 and mpdata["case"] in predictions["mpdata"]
+    assert mpdata["gpus"] == 4 and mpdata["case"] in predictions["mpdata"]
     assert all(r["case"] in predictions[r["dwarf"]] for r in rows if r["dwarf"] != "alltoall" or r["size"] == 8)
     assert all(1 / 1.5 < r["ratio"] < 1.5 for r in rows), [(r["dwarf"], r["size"], r["ratio"]) for r in rows]
     targets = dict(scaling.targets(predictions))
@@ -104,7 +104,7 @@ def test_model_from_the_committed_results_matches_what_was_measured():
 
 def test_a_model_of_another_gpu_takes_that_gpus_runs_only():
     """--device H200: every input and measured point from the H200 runs; the default is the newest GPU with every
-    input (H100, since its full report of 2026-11-26 ran MPDATA on one GPU). A multi-GPU MPDATA run of an earlier
+    input (H100, whose MPDATA ran on one GPU and on 4 in one call on 2026-11-27). A multi-GPU MPDATA run of an earlier
     session than the one-GPU input (other kernels) is no point of comparison; one of the same session is."""
     assert scaling.load_inputs(RESULTS).device == "NVIDIA H100 80GB HBM3"
     inputs = scaling.load_inputs(RESULTS, device="h200")
@@ -133,7 +133,7 @@ def test_measured_curves_join_the_runs_of_each_gpu_count():
 def test_command_prints_and_stores_the_model(tmp_path):
     result = CliRunner().invoke(app, ["bench", "scaling", "--out", str(tmp_path), "--network-gbps", "25"])
     assert result.exit_code == 0, result.output
-    assert "predicted / measured" in result.output and "MPDATA O1024" in result.output
+    assert "predicted / measured" in result.output and "MPDATA O1280" in result.output
     (path,) = tmp_path.glob("scaling-model-*.json")
     payload = json.loads(path.read_text())
     assert payload["config"]["machine_model"]["network_GBps"] == 25

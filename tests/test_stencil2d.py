@@ -294,6 +294,27 @@ def test_gpu_modes_match_numpy_serial_bitwise(mode, dtype):
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gpu_persistent_kernel_for_two_blocks_per_sm_matches_serial_bitwise(dtype, monkeypatch):
+    """The persistent kernel's build for two resident blocks per SM (chosen for large blocks) on small ones."""
+    import cupy
+
+    from gridcomm.lab.apps.stencil2d import shmem_kernel
+
+    if NVSHMEM_WHY is not None:
+        pytest.skip(f"NVSHMEM not usable here: {NVSHMEM_WHY}")
+    monkeypatch.setattr(shmem_kernel, "TWO_BLOCKS_FROM_POINTS", 0)
+    for n, batches in ((37, (4, 1, 4)), (300, (1, 2))):
+        with Stencil2D(None, n, dtype, cupy, "persistent") as sim:
+            for k in batches:
+                sim.step(k)
+            field = sim.field()
+        expect = reference_run((n, n), sum(batches), dtype)
+        assert np.array_equal(bits(field), bits(expect)), (dtype, n, np.abs(field - expect).max())
+
+
+@pytest.mark.gpu
+@needs_gpu
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [n for n in (1, 2) if n <= max(gpu_count(), 1)])
 def test_gpu_modes_on_ranks_match_serial_bitwise(nranks):

@@ -3,7 +3,10 @@ library stands on (it imports no other gridcomm module)."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import types
+from typing import Any
 
 #: Stream priority asking for the device's highest (lower numbers are higher; CUDA clamps it to its range, -5..0
 #: on current GPUs): the communication of an overlapped step gets its blocks scheduled between those of the
@@ -29,3 +32,9 @@ def gpu_count() -> int:
         return cupy.cuda.runtime.getDeviceCount()
     except Exception:
         return 0
+
+
+@functools.cache
+def libcuda() -> Any:
+    """The CUDA driver library (ctypes), for the few driver calls CuPy does not bind; OSError where it is absent."""
+    return ctypes.CDLL("libcuda.so.1")

@@ -28,16 +28,16 @@ CPU_CASES = [  # (mode, n, steps, dtype, halo)
         (1, 3, "float64", 1),
     )
 ]
-GPU_CASES = [  # (mode, transport, n, steps, dtype)
-    (mode, transport, n, steps, dtype)
+GPU_CASES = [  # (mode, transport, n, steps, dtype, two): two, the persistent kernel built for 2 blocks per SM
+    (mode, transport, n, steps, dtype, False)
     for transport in ("auto", "staged", "nccl", "ipc")
     for mode in ("traditional", "overlapped", "graph")
     for n, steps, dtype in ((33, 9, "float64"), (40, 6, "float32"))
 ]
 if gridcomm.shmem.unavailable_reason() is None:  # gridcomm[nvshmem]: the GPU-initiated modes (no transport)
     GPU_CASES += [
-        (mode, "auto", n, steps, dtype)
-        for mode in ("nvshmem", "persistent")
+        (mode, "auto", n, steps, dtype, two)
+        for mode, two in (("nvshmem", False), ("persistent", False), ("persistent", True))
         for n, steps, dtype in ((33, 9, "float64"), (40, 6, "float32"), (1, 3, "float64"), (130, 5, "float64"))
     ]
 
@@ -61,10 +61,14 @@ def main(argv: list[str]) -> int:
     if gpu:
         import cupy
 
-        for mode, transport, n, steps, dtype in GPU_CASES:
+        from gridcomm.lab.apps.stencil2d import shmem_kernel
+
+        two_from = shmem_kernel.TWO_BLOCKS_FROM_POINTS
+        for mode, transport, n, steps, dtype, two in GPU_CASES:
             if kept is not None and mode not in kept:
                 continue
-            what = f"GPU {mode}/{transport} n={n} steps={steps} {dtype}"
+            shmem_kernel.TWO_BLOCKS_FROM_POINTS = 0 if two else two_from  # which build of the kernel runs
+            what = f"GPU {mode}{' (2 blocks per SM)' if two else ''}/{transport} n={n} steps={steps} {dtype}"
             if mode == "graph" and transport == "staged":
                 try:
                     run_stencil2d(comm, n, steps, mode, cupy, dtype=dtype, transport=transport)

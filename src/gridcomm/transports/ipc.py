@@ -32,6 +32,7 @@ import numpy as np
 from ..agreement import raise_if_any
 from ..arguments import whole_number
 from ..comm import Communicator
+from ..device import libcuda
 from ..errors import ArgumentError, TransportError
 from ..gpu import all_peers_reachable
 from ..packing.cuda import THREADS, RecordedLaunch, SegmentTable, copy_kernel, device_allocation
@@ -148,20 +149,16 @@ class IpcTransport(Transport):
 
 
 @functools.cache
-def _libcuda() -> Any:
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuMemGetAddressRange_v2.argtypes = [
-        ctypes.POINTER(ctypes.c_uint64),
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.c_uint64,
-    ]
-    return lib
+def _address_range() -> Any:
+    query = libcuda().cuMemGetAddressRange_v2
+    query.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+    return query
 
 
 def _allocation_base(address: int) -> int:
     """Start of the cudaMalloc allocation that holds ``address`` (an IPC handle names a whole allocation)."""
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
-    status = _libcuda().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), address)
+    status = _address_range()(ctypes.byref(base), ctypes.byref(size), address)
     if status != 0:
         raise TransportError(f"cuMemGetAddressRange failed for a field at {address:#x} (CUresult {status})")
     return base.value

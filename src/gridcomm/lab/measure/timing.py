@@ -57,7 +57,9 @@ def time_interleaved(
 ) -> dict[str, Timing]:
     """Time each of ``runs`` (by name) as ``time_collective`` does, their samples taken in turn (a, b, c, a, b,
     c, ...): on a machine shared with other work each sees the same share of it, so that their ratios hold even
-    where their absolute times drift from one second to the next."""
+    where their absolute times drift from one second to the next. Before the samples, every run goes through one
+    untimed batch of a sample's length, in turn: the first sizes of a GPU bench had run at twice their later
+    time for some of the peers (threads and lazy set-up of the libraries still under way)."""
     from mpi4py import MPI
 
     def batch(run: Callable[[], Any], calls: int) -> float:
@@ -74,6 +76,8 @@ def time_interleaved(
         batch(run, warmup)
         once = batch(run, 1)
         calls[name] = max(1, min(10_000, int(min_sample_s / max(once, 1e-7))))
+    for name, run in runs.items():  # one sample's worth each, untimed: what starts slowly has started
+        batch(run, calls[name])
     per_call: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(samples):
         for name, run in runs.items():

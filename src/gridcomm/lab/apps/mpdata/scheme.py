@@ -42,7 +42,6 @@ owned), and the whole step, both exchanges included, can be captured in a CUDA g
 
 from __future__ import annotations
 
-import contextlib
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -55,6 +54,7 @@ from ....arrays import resolve_array_module
 from ....device import HIGHEST_PRIORITY
 from ....errors import ArgumentError
 from ....exchange import NoExchange
+from ....graphs import capture
 from ....grids.local import LocalMesh
 from .cuda_kernels import check_levels_per_thread
 from .tables import INNER, OUTER, MeshTables
@@ -205,16 +205,8 @@ class Mpdata:
                 f"graphs=True captures the halo exchanges in a CUDA graph, but transport {self.transport!r} needs "
                 "the host during an exchange; use transport 'ipc' or 'nccl', or graphs=False"
             )
-        stream = self.stream
-        with stream:  # anything CuPy enqueues implicitly goes to the capturing stream too
-            stream.begin_capture()
-            try:
-                self._advance()
-            except BaseException:
-                with contextlib.suppress(Exception):  # the capture is broken: end it, report the first error
-                    stream.end_capture()
-                raise
-            self._graph = stream.end_capture()
+        with self.stream:  # anything CuPy enqueues implicitly goes to the capturing stream too
+            self._graph = capture(self.stream, self._advance)[0]
 
     @property
     def exchanges_per_step(self) -> int:

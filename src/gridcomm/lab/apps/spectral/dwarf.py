@@ -38,6 +38,7 @@ from ....arrays import resolve_array_module, to_host
 from ....comm import Communicator
 from ....device import HIGHEST_PRIORITY, cupy_or_none
 from ....errors import ArgumentError, DeviceError, GridcommError
+from ....graphs import capture
 from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
@@ -365,18 +366,10 @@ class DistributedTransform:
         with self.xp.cuda.using_allocator(self._pool.malloc):
             work()
             self.stream.synchronize()
-            self.stream.begin_capture()
-            try:
-                output = work()
+            try:  # launched on one stream or another: at that stream's priority
+                return capture(self.stream, work, node_priorities=False)
             except NotImplementedError:  # e.g. a library call CuPy does not allow in a capture
-                with contextlib.suppress(Exception):
-                    self.stream.end_capture()
                 return None
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    self.stream.end_capture()
-                raise
-            return self.stream.end_capture(), output
 
     @property
     def captured(self) -> list[str]:

@@ -348,6 +348,43 @@ __device__ Edges edges_by_line(const Remote<T>& r, const long long* plan) {
     return e;
 }
 
+// How the persistent kernel walks the inner tiles of a step (benchmarks/tune_persistent.py times the choices):
+// GRIDCOMM_TILES_IN_FLIGHT tiles per thread at once (their loads all issued before the first store), and
+// GRIDCOMM_TILES_CHUNKED 0 (block b takes tiles b, b + gridDim.x, ...) or 1 (a contiguous run of tiles each).
+#ifndef GRIDCOMM_TILES_IN_FLIGHT
+#define GRIDCOMM_TILES_IN_FLIGHT 1
+#endif
+#ifndef GRIDCOMM_TILES_CHUNKED
+#define GRIDCOMM_TILES_CHUNKED 0
+#endif
+
+// The inner points of a step, tile by tile (blockDim.y x blockDim.x points).
+template <typename T>
+__device__ __forceinline__ void update_tiles(const T* __restrict__ u, T* __restrict__ v, int tiles, int tiles_across,
+                                             int row0, int row1, int col0, int col1, long long pitch, T fifth) {
+    constexpr int K = GRIDCOMM_TILES_IN_FLIGHT;
+    const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+    const int run = GRIDCOMM_TILES_CHUNKED ? (tiles + blocks - 1) / blocks : 0;
+    const int begin = GRIDCOMM_TILES_CHUNKED ? block * run : block;
+    const int end = GRIDCOMM_TILES_CHUNKED ? min(tiles, begin + run) : tiles;
+    const int stride = GRIDCOMM_TILES_CHUNKED ? 1 : blocks;
+    for (int first = begin; first < end; first += K * stride) {
+        T value[K];
+        long long at[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const int t = first + k * stride;
+            const int i = row0 + (t / tiles_across) * static_cast<int>(blockDim.y) + static_cast<int>(threadIdx.y);
+            const int j = col0 + (t % tiles_across) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            at[k] = t < end && i < row1 && j < col1 ? static_cast<long long>(i) * pitch + j : -1;
+            if (at[k] >= 0) value[k] = jacobi_point<T>(u, at[k], pitch, fifth);
+        }
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+            if (at[k] >= 0) v[at[k]] = value[k];
+    }
+}
+
 // The persistent mode: `steps` steps from step `first + 1` in one cooperative launch. Each step: first the edge
 // points whose halo values come in lines (each waits for its values, then sends its own: they travel while the
 // rest is computed), then the other points tile by tile (blockDim.y x blockDim.x points); sync grid-wide (a block
@@ -373,9 +410,9 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
     }
     __syncthreads();
     const int row0 = edges.inner[0], row1 = edges.inner[1], col0 = edges.inner[2], col1 = edges.inner[3];
-    const int tile_rows = blockDim.y, tile_cols = blockDim.x;
-    const int tiles_across = (col1 - col0 + tile_cols - 1) / tile_cols;
-    const int tiles = row1 > row0 && col1 > col0 ? ((row1 - row0 + tile_rows - 1) / tile_rows) * tiles_across : 0;
+    const int tiles_across = (col1 - col0 + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+    const int tiles_down = (row1 - row0 + static_cast<int>(blockDim.y) - 1) / static_cast<int>(blockDim.y);
+    const int tiles = row1 > row0 && col1 > col0 ? tiles_down * tiles_across : 0;
     const int thread = (blockIdx.x * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
     const int threads = gridDim.x * blockDim.y * blockDim.x;
     const int edge_points = edges.points();
@@ -399,14 +436,7 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
                 gave_up = true;
             }
         }
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const int i = row0 + (t / tiles_across) * tile_rows + threadIdx.y;
-            const int j = col0 + (t % tiles_across) * tile_cols + threadIdx.x;
-            if (i < row1 && j < col1) {
-                const long long c = static_cast<long long>(i) * pitch + j;
-                v[c] = jacobi_point<T>(u, c, pitch, fifth);  // its edge goes by puts after the sync, if at all
-            }
-        }
+        update_tiles<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth);  // edges: puts after the sync
         // Every block sees a wait that gave up after the same sync; one block reads its own flag in shared memory,
         // not the global one (a load from L2 on every step's critical path).
         bool stopped;
@@ -422,6 +452,18 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
     }
 }
 
+// The persistent kernel for 1 or 2 resident blocks of 1024 threads per SM (__launch_bounds__): 2 caps the
+// registers at 32 per thread, where the kernel takes 64, and a few spill. On 4 x H100, per step, 2 blocks took
+// 157 / 665 us at n = 4096 / 8192 against 177 / 717-727 with 1, but 10-20 % longer at n = 128-1024 (the spills
+// sit on the edge points' path, which is all a small step does): shmem_kernel.py picks by the region's points
+// (stencil2d-gpu-4r-20261127T012206Z, tune-persistent-gpu-4r-20261127T011938Z).
+#define GRIDCOMM_JACOBI_PERSISTENT(T, suffix, blocks)                                                                \
+    extern "C" __global__ void __launch_bounds__(1024, blocks) gridcomm_jacobi2d_persistent_##suffix(                \
+        T* a, T* b, Line<T>* lines, const long long* plan, uint64_t* signals, long long first, int steps, T fifth,    \
+        unsigned int* stop, unsigned long long limit_ns, volatile long long* error) {                                 \
+        persistent<T>(a, b, lines, plan, signals, first, steps, fifth, stop, limit_ns, error);                       \
+    }
+
 #define GRIDCOMM_JACOBI_SHMEM(T, suffix)                                                                              \
     extern "C" __global__ void gridcomm_jacobi2d_send_edges_##suffix(                                                 \
         T* v, Line<T>* lines, const long long* plan, uint64_t* signals, long long step, unsigned int* finished) {    \
@@ -432,11 +474,8 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
         unsigned long long limit_ns, volatile long long* error) {                                                     \
         boundary_step<T>(u, v, plan, signals, step, fifth, finished, limit_ns, error);                               \
     }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(1024) gridcomm_jacobi2d_persistent_##suffix(                         \
-        T* a, T* b, Line<T>* lines, const long long* plan, uint64_t* signals, long long first, int steps, T fifth,    \
-        unsigned int* stop, unsigned long long limit_ns, volatile long long* error) {                                 \
-        persistent<T>(a, b, lines, plan, signals, first, steps, fifth, stop, limit_ns, error);                       \
-    }
+    GRIDCOMM_JACOBI_PERSISTENT(T, suffix, 1)                                                                        \
+    GRIDCOMM_JACOBI_PERSISTENT(T, two_##suffix, 2)
 
 GRIDCOMM_JACOBI_SHMEM(double, f64)
 GRIDCOMM_JACOBI_SHMEM(float, f32)

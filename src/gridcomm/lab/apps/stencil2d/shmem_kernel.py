@@ -29,6 +29,10 @@ SIDES = ((0, -1), (0, 1), (1, -1), (1, 1))
 BOUNDARY_THREADS = 256
 #: The persistent kernel's block: a tile of 32 columns (a warp: coalesced) by 32 rows.
 PERSISTENT_BLOCK = (32, 32)
+#: Update-region points (per rank) from which the persistent kernel built for two resident blocks per SM runs
+#: instead of the one for one block: between n = 2048 (about 4.2 million points, 44 us per step with either on 4 x
+#: H100) and n = 4096 (157 against 177 us).
+TWO_BLOCKS_FROM_POINTS = 8_000_000
 #: Bytes of one line of jacobi2d_nvshmem.cu: a float64 halo value with its tag in each half (float32 lines take 8).
 LINE_BYTES = 16
 #: Points each thread of the persistent kernel updates per step, at least where the grid allows: up to n = 64 the
@@ -73,7 +77,8 @@ class ShmemJacobi:
         dtype = np.dtype(fields[0].dtype)
         module = shmem.load_module(SOURCE, comm, OPTIONS)
         self._boundary = module.get_function(f"gridcomm_jacobi2d_boundary_{SUFFIX[dtype]}")
-        self._persistent = module.get_function(f"gridcomm_jacobi2d_persistent_{SUFFIX[dtype]}")
+        two = "two_" if region.points >= TWO_BLOCKS_FROM_POINTS else ""  # jacobi2d_nvshmem.cu says why
+        self._persistent = module.get_function(f"gridcomm_jacobi2d_persistent_{two}{SUFFIX[dtype]}")
         self._send_edges = module.get_function(f"gridcomm_jacobi2d_send_edges_{SUFFIX[dtype]}")
         self._fifth = dtype.type(0.2)
         pes = shmem.pe_of_ranks(comm)

@@ -29,7 +29,6 @@ Modes (the step is written once against the array module: NumPy on the CPU, CuPy
 
 from __future__ import annotations
 
-import contextlib
 import math
 import types
 from typing import Any
@@ -42,6 +41,7 @@ from ....decomp import CartesianDecomposition, choose_proc_grid
 from ....device import HIGHEST_PRIORITY
 from ....exchange import HaloExchanger, NoExchange
 from ....gpu import use_local_gpu
+from ....graphs import capture
 from ....transports import Transport
 from ....transports.gpu_waits import GpuWaitReport
 from .config import SHMEM_MODES, StencilError, check_dtype, check_halo, check_mode, check_n, check_steps, resolve_xp
@@ -224,22 +224,17 @@ class Stencil2D:
                 self._graphs[(parity, count)] = self._capture(parity, count)
 
     def _capture(self, parity: int, count: int) -> Any:
-        stream = self.stream
-        saved = self._parity
-        self._parity = parity
-        with stream:  # anything CuPy enqueues implicitly goes to the capturing stream too
-            stream.begin_capture()
-            try:
-                for _ in range(count):
-                    self._step_overlapped()
-                    self._parity ^= 1
-            except BaseException:
-                with contextlib.suppress(Exception):  # the capture is broken: end it, report the first error
-                    stream.end_capture()
-                raise
-            finally:
-                self._parity = saved
-            return stream.end_capture()
+        def steps() -> None:
+            for _ in range(count):
+                self._step_overlapped()
+                self._parity ^= 1
+
+        saved, self._parity = self._parity, parity
+        try:
+            with self.stream:  # anything CuPy enqueues implicitly goes to the capturing stream too
+                return capture(self.stream, steps)[0]
+        finally:
+            self._parity = saved
 
     # -- stepping --------------------------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""Tune the stencil2d persistent kernel (jacobi2d_nvshmem.cu) on every rank: its block shape and how it walks the
+inner tiles (tiles in flight per thread, interleaved or contiguous runs per block, blocks per SM), timed beside
+the step with no exchange and the nvshmem mode, each variant checked bitwise against the serial reference.
+
+    mpiexec -n 4 python benchmarks/tune_persistent.py --sizes 4096,8192 --blocks 32x32,128x8 \
+        --variants 1/0/1,2/1/1 --out DIR
+
+A variant is IN_FLIGHT/CHUNKED/BLOCKS: the kernel's GRIDCOMM_TILES_IN_FLIGHT and GRIDCOMM_TILES_CHUNKED, and
+the resident blocks per SM the kernel is built for (1 or 2: which of its two builds runs). Needs NVSHMEM
+(gridcomm[nvshmem]) and one GPU per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gridcomm.comm import Communicator
+from gridcomm.gpu import use_local_gpu
+from gridcomm.lab.apps.stencil2d import Stencil2D, compare, reference_run, shmem_kernel
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.bench.stencil2d import time_steps
+from gridcomm.lab.measure.machine import machine_info
+
+CHECK_STEPS = 6  # steps of the bitwise check: both parities, and runs of several steps per launch
+
+
+def use_variant(variant: str, block: tuple[int, int], base_options: tuple[str, ...]) -> None:
+    """Set what the next Stencil2D's persistent kernel is built and launched with."""
+    in_flight, chunked, blocks = (int(x) for x in variant.split("/"))
+    shmem_kernel.OPTIONS = (*base_options, f"-DGRIDCOMM_TILES_IN_FLIGHT={in_flight}",
+                            f"-DGRIDCOMM_TILES_CHUNKED={chunked}")  # fmt: skip
+    shmem_kernel.TWO_BLOCKS_FROM_POINTS = 0 if blocks == 2 else sys.maxsize
+    shmem_kernel.PERSISTENT_BLOCK = block
+
+
+def checked(comm: Communicator, n: int) -> bool:
+    """A persistent run of CHECK_STEPS steps (two launches) bitwise equal to the serial reference (collective)."""
+    with Stencil2D(comm, n, np.float64, "cupy", "persistent") as sim:
+        sim.step(CHECK_STEPS - 1)
+        sim.step(1)
+        field = sim.field()
+        equal = compare(field, reference_run(sim.global_shape, CHECK_STEPS))[0] if comm.rank == 0 else None
+    return bool(comm.mpi.bcast(equal, root=0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="4096,8192", help="points per rank side")
+    parser.add_argument("--blocks", default="32x32,64x16,128x8,256x4", help="persistent blocks, COLSxROWS")
+    parser.add_argument("--variants", default="1/0/1,4/0/1,1/1/1,2/1/1,1/0/2", help="IN_FLIGHT/CHUNKED/BLOCKS")
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args()
+    comm = Communicator()
+    use_local_gpu(comm)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    blocks = [tuple(int(x) for x in b.split("x")) for b in args.blocks.split(",")]
+    base_options, two_from = shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS_FROM_POINTS
+    rows = []
+    for n in sizes:
+        references = {}
+        for mode in ("traditional", "nvshmem"):  # the step with no exchange, and the nvshmem mode's
+            with Stencil2D(comm, n, np.float64, "cupy", mode, exchange=mode != "traditional") as sim:
+                references[mode] = time_steps(sim, args.samples)["median_s"]
+        for variant, block in itertools.product(args.variants.split(","), blocks):
+            use_variant(variant, block, base_options)
+            with Stencil2D(comm, n, np.float64, "cupy", "persistent") as sim:
+                timing = time_steps(sim, args.samples)
+                grid = sim._shmem.persistent_blocks
+            t, ceiling = timing["median_s"], references["traditional"]
+            row = {"n": n, "variant": variant, "block": list(block), "grid": grid, "time_per_step_s": t,
+                   "min_s": timing["min_s"], "no_exchange_s": ceiling, "nvshmem_s": references["nvshmem"],
+                   "over_no_exchange": t / ceiling, "bitwise_equal": checked(comm, min(n, 256))}  # fmt: skip
+            rows.append(row)
+            if comm.rank == 0:
+                print(
+                    f"n={n} {variant} block {block[0]}x{block[1]} grid {grid}: {t * 1e6:.1f} us, "
+                    f"{row['over_no_exchange']:.3f}x no exchange ({ceiling * 1e6:.1f} us), "
+                    f"nvshmem {references['nvshmem'] * 1e6:.1f} us, bitwise {row['bitwise_equal']}",
+                    flush=True,
+                )
+    shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS_FROM_POINTS = base_options, two_from
+    if comm.rank == 0:
+        config = {"sizes": sizes, "blocks": [list(b) for b in blocks], "variants": args.variants.split(","),
+                  "samples": args.samples, "dtype": "float64"}  # fmt: skip
+        path = write_results(args.out, "tune-persistent", machine_info(comm.size, gpus_used=comm.size), config, rows)
+        print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
