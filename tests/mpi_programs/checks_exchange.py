@@ -415,9 +415,11 @@ def check_auto_measures_the_plan_and_remembers(comm):
             f = local_with_sentinel(d, g)
             with HaloExchanger(d, f, "auto", validate=False) as ex:  # validation mode measures nothing
                 reasons.append(ex.transport_reason)
-                chosen = ex.transport_reason.split(":")[0]
-                if chosen not in usable and len(usable) > 1:
-                    problems.append(f"auto chose {chosen!r}, not one of the candidates {usable}")
+                chosen = set(ex.transports.values())  # per peer (declared nodes: a group per reach)
+                candidates = auto.usable_candidates(available(fresh, ON_GPU), ON_GPU).values()
+                names = {t if isinstance(t, str) else t.name for t in candidates}
+                if not chosen <= names and len(usable) > 1:
+                    problems.append(f"auto chose {sorted(chosen)}, not among the candidates {usable}")
                 ex.exchange()
             if p := compare(d, f, g):
                 problems.append(f"auto ({reasons[-1]}): {p}")

@@ -186,16 +186,17 @@ def choose(transport: str | Transport, comm: Communicator, on_device: bool, excl
 def auto_choice_reason(reasons: dict[str, str | None], on_device: bool, measuring: bool | None = None) -> str:
     """What ``"auto"`` picks given ``available(...)``'s answer, and why: the fastest of the usable candidates
     measured on each plan (transports/auto.py, where two or more can and ``measuring``, by default unless
-    GRIDCOMM_AUTO=order), else the first usable transport in order of preference, and why each one before it was
-    passed over."""
+    GRIDCOMM_AUTO=order), and why each candidate left out was; else the first usable transport in order of
+    preference, and why each one before it was passed over."""
     from . import auto
 
     measured = list(auto.usable_candidates(reasons, on_device))
     if len(measured) > 1 and (auto.auto_measurement() if measuring is None else measuring):
+        candidates = dict.fromkeys(_name(t) for t in auto.candidates(on_device).values())  # names, in order
         return (
             f"the fastest of {', '.join(measured)} for each plan, measured on its own exchange when it is built "
             "(plans of one shape once; GRIDCOMM_AUTO=order takes the order of preference instead)"
-        )
+        ) + "".join(f"; not {name}: {reasons[name]}" for name in candidates if reasons.get(name))
     skipped = []
     for name in _preference(on_device):
         if reasons.get(name) is None:
