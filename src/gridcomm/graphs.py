@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .device import libcuda
 
 Result = TypeVar("Result")
+log = logging.getLogger(__name__)
 
 #: CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY (cuda.h).
 USE_NODE_PRIORITY = 8
@@ -93,8 +95,14 @@ def capture(stream: Any, work: Callable[[], Result], *, node_priorities: bool = 
 def _instantiate(graph: int, node_priorities: bool) -> Graph:
     handle = ctypes.c_void_p()
     instantiate = _instantiate_with_flags() if node_priorities else None
-    if instantiate is not None and instantiate(ctypes.byref(handle), ctypes.c_void_p(graph), USE_NODE_PRIORITY) == 0:
-        return Graph(handle.value or 0, keeps_priorities=True)
+    if instantiate is not None:
+        status = instantiate(ctypes.byref(handle), ctypes.c_void_p(graph), USE_NODE_PRIORITY)
+        if status == 0:
+            return Graph(handle.value or 0, keeps_priorities=True)
+        log.info("cuGraphInstantiateWithFlags refused node priorities (CUresult %d): the graph runs at the "
+                 "priority of the stream it is launched into", status)  # fmt: skip
+    elif node_priorities:
+        log.info("no cuGraphInstantiateWithFlags in this driver: the graph runs at its launch stream's priority")
     import cupy
 
     return Graph(cupy.cuda.runtime.graphInstantiate(graph), keeps_priorities=False)
