@@ -5,9 +5,12 @@ the step with no exchange and the nvshmem mode, each variant checked bitwise aga
     mpiexec -n 4 python benchmarks/tune_persistent.py --sizes 4096,8192 --blocks 32x32,128x8 \
         --variants 1/0/1,2/1/1 --out DIR
 
-A variant is IN_FLIGHT/CHUNKED/BLOCKS: the kernel's GRIDCOMM_TILES_IN_FLIGHT and GRIDCOMM_TILES_CHUNKED, and
-the resident blocks per SM the kernel is built for (1 or 2: which of its two builds runs). Needs NVSHMEM
-(gridcomm[nvshmem]) and one GPU per rank.
+A variant is IN_FLIGHT/CHUNKED/BLOCKS[/SPREAD]: the kernel's GRIDCOMM_TILES_IN_FLIGHT and GRIDCOMM_TILES_CHUNKED,
+the resident blocks per SM the kernel is built for (1 or 2: which of its two builds runs), and
+GRIDCOMM_EDGES_SPREAD (0 where left out). `--profile` builds the kernel with GRIDCOMM_PERSISTENT_PROFILE and
+prints, per variant, where a step's time goes on each block (edge points, inner tiles, the grid-wide sync; every
+phase ends at a block barrier, so profiled steps are a little slower). Needs NVSHMEM (gridcomm[nvshmem]) and one
+GPU per rank.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gridcomm import shmem
 from gridcomm.comm import Communicator
 from gridcomm.gpu import use_local_gpu
 from gridcomm.lab.apps.stencil2d import Stencil2D, compare, reference_run, shmem_kernel
@@ -27,15 +31,51 @@ from gridcomm.lab.bench.stencil2d import time_steps
 from gridcomm.lab.measure.machine import machine_info
 
 CHECK_STEPS = 6  # steps of the bitwise check: both parities, and runs of several steps per launch
+PROFILE_STEPS = 20  # steps of the profiled launch
+PROFILE_SLOTS = ("edges_ns", "tiles_ns", "sync_ns", "polls", "late_points")  # jacobi2d_nvshmem.cu's ProfileSlot
 
 
 def use_variant(variant: str, block: tuple[int, int], base_options: tuple[str, ...]) -> None:
     """Set what the next Stencil2D's persistent kernel is built and launched with."""
-    in_flight, chunked, blocks = (int(x) for x in variant.split("/"))
+    in_flight, chunked, blocks, spread = ([int(x) for x in variant.split("/")] + [0])[:4]
     shmem_kernel.OPTIONS = (*base_options, f"-DGRIDCOMM_TILES_IN_FLIGHT={in_flight}",
-                            f"-DGRIDCOMM_TILES_CHUNKED={chunked}")  # fmt: skip
+                            f"-DGRIDCOMM_TILES_CHUNKED={chunked}", f"-DGRIDCOMM_EDGES_SPREAD={spread}")  # fmt: skip
     shmem_kernel.TWO_BLOCKS_FROM_POINTS = 0 if blocks == 2 else sys.maxsize
     shmem_kernel.PERSISTENT_BLOCK = block
+
+
+def profile(comm: Communicator, sim: Stencil2D) -> dict[str, float]:
+    """Where a step of ``sim``'s profiled persistent kernel goes, per step: each phase's mean and largest time over
+    the blocks (s), and the polls and late edge points of all blocks (collective; rank 0 prints every rank's)."""
+    import cupy
+
+    module = shmem.load_module(shmem_kernel.SOURCE, comm, shmem_kernel.OPTIONS)
+    blocks = sim._shmem.persistent_blocks
+    table = cupy.ndarray((1024, len(PROFILE_SLOTS)), cupy.uint64, module.get_global("gridcomm_persistent_profile"))
+    cupy.cuda.Device().synchronize()
+    table.fill(0)
+    sim.step(PROFILE_STEPS)
+    cupy.cuda.Device().synchronize()
+    per_step = cupy.asnumpy(table[:blocks]).astype(np.float64) / PROFILE_STEPS
+    found = {}
+    for k, name in enumerate(PROFILE_SLOTS):
+        column = per_step[:, k] * (1e-9 if name.endswith("_ns") else 1)
+        key = name.removesuffix("_ns")
+        if name.endswith("_ns"):
+            found[f"{key}_mean_s"], found[f"{key}_max_s"] = float(column.mean()), float(column.max())
+            found[f"{key}_slowest_block"] = int(column.argmax())
+        else:
+            found[key] = float(column.sum())
+    every = comm.mpi.gather(found, root=0)
+    if comm.rank == 0:
+        for rank, f in enumerate(every):
+            phases = ", ".join(
+                f"{key} {f[key + '_mean_s'] * 1e6:.1f} mean / {f[key + '_max_s'] * 1e6:.1f} max "
+                f"(block {f[key + '_slowest_block']})"
+                for key in ("edges", "tiles", "sync")
+            )
+            print(f"  rank {rank} per step: {phases} us; polls {f['polls']:.0f}, late points {f['late_points']:.0f}")
+    return found
 
 
 def checked(comm: Communicator, n: int) -> bool:
@@ -54,6 +94,7 @@ def main() -> None:
     parser.add_argument("--blocks", default="32x32,64x16,128x8,256x4", help="persistent blocks, COLSxROWS")
     parser.add_argument("--variants", default="1/0/1,4/0/1,1/1/1,2/1/1,1/0/2", help="IN_FLIGHT/CHUNKED/BLOCKS")
     parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="time each phase of a step per block")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     comm = Communicator()
@@ -61,6 +102,8 @@ def main() -> None:
     sizes = [int(x) for x in args.sizes.split(",")]
     blocks = [tuple(int(x) for x in b.split("x")) for b in args.blocks.split(",")]
     base_options, two_from = shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS_FROM_POINTS
+    if args.profile:
+        base_options = (*base_options, "-DGRIDCOMM_PERSISTENT_PROFILE")
     rows = []
     for n in sizes:
         references = {}
@@ -72,10 +115,12 @@ def main() -> None:
             with Stencil2D(comm, n, np.float64, "cupy", "persistent") as sim:
                 timing = time_steps(sim, args.samples)
                 grid = sim._shmem.persistent_blocks
+                phases = profile(comm, sim) if args.profile else {}
             t, ceiling = timing["median_s"], references["traditional"]
             row = {"n": n, "variant": variant, "block": list(block), "grid": grid, "time_per_step_s": t,
                    "min_s": timing["min_s"], "no_exchange_s": ceiling, "nvshmem_s": references["nvshmem"],
-                   "over_no_exchange": t / ceiling, "bitwise_equal": checked(comm, min(n, 256))}  # fmt: skip
+                   "over_no_exchange": t / ceiling, "bitwise_equal": checked(comm, min(n, 256)),
+                   "profile": phases}  # fmt: skip
             rows.append(row)
             if comm.rank == 0:
                 print(
@@ -87,7 +132,7 @@ def main() -> None:
     shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS_FROM_POINTS = base_options, two_from
     if comm.rank == 0:
         config = {"sizes": sizes, "blocks": [list(b) for b in blocks], "variants": args.variants.split(","),
-                  "samples": args.samples, "dtype": "float64"}  # fmt: skip
+                  "samples": args.samples, "dtype": "float64", "profile": args.profile}  # fmt: skip
         path = write_results(args.out, "tune-persistent", machine_info(comm.size, gpus_used=comm.size), config, rows)
         print(f"results: {path}")
 

@@ -160,6 +160,36 @@ __device__ __forceinline__ void update(const T* __restrict__ u, T* __restrict__ 
     if (on_any_edge(i, j, n)) send<T>(r, value, i, j, n, pitch, step);
 }
 
+// The persistent kernel's phases, timed per block when built with GRIDCOMM_PERSISTENT_PROFILE (only
+// benchmarks/tune_persistent.py --profile does): nanoseconds summed over a launch's steps in each phase, the
+// polls of lines whose value had not come yet, and the edge points that polled at all. Every lap is a block
+// barrier, so a profiled step is a little slower than the library's.
+enum ProfileSlot { EDGES_NS, TILES_NS, SYNC_NS, POLLS, LATE_POINTS, PROFILE_SLOTS };
+#ifdef GRIDCOMM_PERSISTENT_PROFILE
+constexpr int PROFILE_BLOCKS = 1024;  // more blocks than any GPU keeps resident
+__device__ unsigned long long gridcomm_persistent_profile[PROFILE_BLOCKS * PROFILE_SLOTS];
+__device__ __forceinline__ void profile_add(int slot, unsigned long long amount) {
+    if (amount && blockIdx.x < PROFILE_BLOCKS)
+        atomicAdd(&gridcomm_persistent_profile[blockIdx.x * PROFILE_SLOTS + slot], amount);
+}
+struct PhaseClock {
+    unsigned long long last;
+    __device__ void start() { last = now_ns(); }
+    __device__ void lap(int slot) {  // every thread of the block calls it
+        __syncthreads();
+        const unsigned long long t = now_ns();
+        if (threadIdx.x == 0 && threadIdx.y == 0) profile_add(slot, t - last);
+        last = t;
+    }
+};
+#else
+__device__ __forceinline__ void profile_add(int, unsigned long long) {}
+struct PhaseClock {
+    __device__ void start() {}
+    __device__ void lap(int) {}
+};
+#endif
+
 // The persistent mode's update of point (i, j): an edge point first waits for the halo values that come in lines
 // (those of step - 1, in place of u's halo: near[s] is the value on side s). False (reported) where a neighbour
 // is still silent after limit_ns.
@@ -180,13 +210,17 @@ __device__ __forceinline__ bool update_taking_lines(const T* __restrict__ u, T* 
         if (r.how[s] != LINE || !on_edge(s, i, j, n)) continue;
         const Line<T>* line = line_at(mine, s, step - 1, along(s, i, j), n);
         const unsigned long long start = now_ns();
+        unsigned long long polls = 0;
         while (arrived && !line->take(static_cast<unsigned>(step), near[s])) {
+            ++polls;
             if (*stop) arrived = false;  // another wait gave up already: this step is lost anyway
             if (arrived && now_ns() - start > limit_ns) {
                 report(error, static_cast<int>(plan[PE_UP + s]), step, WAIT_DATA);
                 arrived = false;
             }
         }
+        profile_add(POLLS, polls);
+        profile_add(LATE_POINTS, polls > 0);
     }
     const T value = jacobi_sum<T>(u[c], near[UP], near[DOWN], near[LEFT], near[RIGHT], fifth);
     v[c] = value;
@@ -351,11 +385,16 @@ __device__ Edges edges_by_line(const Remote<T>& r, const long long* plan) {
 // How the persistent kernel walks the inner tiles of a step (benchmarks/tune_persistent.py times the choices):
 // GRIDCOMM_TILES_IN_FLIGHT tiles per thread at once (their loads all issued before the first store), and
 // GRIDCOMM_TILES_CHUNKED 0 (block b takes tiles b, b + gridDim.x, ...) or 1 (a contiguous run of tiles each).
+// GRIDCOMM_EDGES_SPREAD 0: the edge points go to the grid's first threads (the first blocks), 1: a warp's worth
+// to each block in turn, so that no block has both a full share of tiles and all of an edge.
 #ifndef GRIDCOMM_TILES_IN_FLIGHT
 #define GRIDCOMM_TILES_IN_FLIGHT 1
 #endif
 #ifndef GRIDCOMM_TILES_CHUNKED
 #define GRIDCOMM_TILES_CHUNKED 0
+#endif
+#ifndef GRIDCOMM_EDGES_SPREAD
+#define GRIDCOMM_EDGES_SPREAD 0
 #endif
 
 // The inner points of a step, tile by tile (blockDim.y x blockDim.x points).
@@ -413,9 +452,13 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
     const int tiles_across = (col1 - col0 + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int tiles_down = (row1 - row0 + static_cast<int>(blockDim.y) - 1) / static_cast<int>(blockDim.y);
     const int tiles = row1 > row0 && col1 > col0 ? tiles_down * tiles_across : 0;
-    const int thread = (blockIdx.x * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
-    const int threads = gridDim.x * blockDim.y * blockDim.x;
+    const int in_block = threadIdx.y * blockDim.x + threadIdx.x;
+    const int threads = gridDim.x * blockDim.y * blockDim.x;  // blocks of whole warps (PERSISTENT_BLOCK)
+    const int thread = GRIDCOMM_EDGES_SPREAD ? ((in_block / 32) * gridDim.x + blockIdx.x) * 32 + in_block % 32
+                                             : blockIdx.x * blockDim.y * blockDim.x + in_block;
     const int edge_points = edges.points();
+    PhaseClock clock;
+    clock.start();
     for (int s = 0; s < steps; ++s) {
         const long long step = first + 1 + s;
         const T* u = (s & 1) ? b : a;
@@ -436,7 +479,9 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
                 gave_up = true;
             }
         }
+        clock.lap(EDGES_NS);
         update_tiles<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth);  // edges: puts after the sync
+        clock.lap(TILES_NS);
         // Every block sees a wait that gave up after the same sync; one block reads its own flag in shared memory,
         // not the global one (a load from L2 on every step's critical path).
         bool stopped;
@@ -447,6 +492,7 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
             grid.sync();
             stopped = *reinterpret_cast<volatile unsigned int*>(stop) != 0;
         }
+        clock.lap(SYNC_NS);
         if (stopped) break;
         if (leader && blockIdx.x == 0 && r.signals) deliver<T>(v, plan, r, signals, static_cast<uint64_t>(step + 1));
     }
