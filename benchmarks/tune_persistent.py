@@ -51,7 +51,7 @@ def profile(comm: Communicator, sim: Stencil2D) -> dict[str, float]:
 
     module = shmem.load_module(shmem_kernel.SOURCE, comm, shmem_kernel.OPTIONS)
     blocks = sim._shmem.persistent_blocks
-    table = cupy.ndarray((1024, len(PROFILE_SLOTS)), cupy.uint64, module.get_global("gridcomm_persistent_profile"))
+    table = cupy.ndarray((1024, len(PROFILE_SLOTS)), cupy.uint64, module.get_global_var("gridcomm_persistent_profile"))
     cupy.cuda.Device().synchronize()
     table.fill(0)
     sim.step(PROFILE_STEPS)
