@@ -51,7 +51,10 @@ def profile(comm: Communicator, sim: Stencil2D) -> dict[str, float]:
 
     module = shmem.load_module(shmem_kernel.SOURCE, comm, shmem_kernel.OPTIONS)
     blocks = sim._shmem.persistent_blocks
-    table = cupy.ndarray((1024, len(PROFILE_SLOTS)), cupy.uint64, module.get_global_var("gridcomm_persistent_profile"))
+    shape = (1024, len(PROFILE_SLOTS))  # jacobi2d_nvshmem.cu's PROFILE_BLOCKS x PROFILE_SLOTS
+    address = module.get_global_var("gridcomm_persistent_profile")
+    memory = cupy.cuda.UnownedMemory(address, 8 * shape[0] * shape[1], module)
+    table = cupy.ndarray(shape, cupy.uint64, cupy.cuda.MemoryPointer(memory, 0))
     cupy.cuda.Device().synchronize()
     table.fill(0)
     sim.step(PROFILE_STEPS)
