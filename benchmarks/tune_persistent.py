@@ -5,12 +5,12 @@ the step with no exchange and the nvshmem mode, each variant checked bitwise aga
     mpiexec -n 4 python benchmarks/tune_persistent.py --sizes 4096,8192 --blocks 32x32,128x8 \
         --variants 1/0/1,2/1/1 --out DIR
 
-A variant is IN_FLIGHT/CHUNKED/BLOCKS[/SPREAD]: the kernel's GRIDCOMM_TILES_IN_FLIGHT and GRIDCOMM_TILES_CHUNKED,
-the resident blocks per SM the kernel is built for (1 or 2: which of its two builds runs), and
-GRIDCOMM_EDGES_SPREAD (0 where left out). `--profile` builds the kernel with GRIDCOMM_PERSISTENT_PROFILE and
-prints, per variant, where a step's time goes on each block (edge points, inner tiles, the grid-wide sync; every
-phase ends at a block barrier, so profiled steps are a little slower). Needs NVSHMEM (gridcomm[nvshmem]) and one
-GPU per rank.
+A variant is IN_FLIGHT/CHUNKED/BLOCKS[/SPREAD[/DYNAMIC[/BARRIERS]]]: the kernel's GRIDCOMM_TILES_IN_FLIGHT and
+GRIDCOMM_TILES_CHUNKED, the resident blocks per SM the kernel is built for (1 or 2: which of its two builds
+runs), then GRIDCOMM_EDGES_SPREAD, GRIDCOMM_TILES_DYNAMIC and GRIDCOMM_PHASE_BARRIERS (0 where left out).
+`--profile` builds the kernel with GRIDCOMM_PERSISTENT_PROFILE and prints, per variant, where a step's time goes
+on each block (edge points, inner tiles, the grid-wide sync; every phase ends at a block barrier, so a profiled
+step is not the library's step). Needs NVSHMEM (gridcomm[nvshmem]) and one GPU per rank.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ PROFILE_SLOTS = ("edges_ns", "tiles_ns", "sync_ns", "polls", "late_points")  # j
 
 def use_variant(variant: str, block: tuple[int, int], base_options: tuple[str, ...]) -> None:
     """Set what the next Stencil2D's persistent kernel is built and launched with."""
-    in_flight, chunked, blocks, spread = ([int(x) for x in variant.split("/")] + [0])[:4]
+    in_flight, chunked, blocks, spread, dynamic, barriers = ([int(x) for x in variant.split("/")] + [0] * 3)[:6]
     shmem_kernel.OPTIONS = (*base_options, f"-DGRIDCOMM_TILES_IN_FLIGHT={in_flight}",
-                            f"-DGRIDCOMM_TILES_CHUNKED={chunked}", f"-DGRIDCOMM_EDGES_SPREAD={spread}")  # fmt: skip
+                            f"-DGRIDCOMM_TILES_CHUNKED={chunked}", f"-DGRIDCOMM_EDGES_SPREAD={spread}",
+                            f"-DGRIDCOMM_TILES_DYNAMIC={dynamic}", f"-DGRIDCOMM_PHASE_BARRIERS={barriers}")  # fmt: skip
     shmem_kernel.TWO_BLOCKS_FROM_POINTS = 0 if blocks == 2 else sys.maxsize
     shmem_kernel.PERSISTENT_BLOCK = block
 

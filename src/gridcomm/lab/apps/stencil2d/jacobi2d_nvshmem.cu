@@ -387,6 +387,9 @@ __device__ Edges edges_by_line(const Remote<T>& r, const long long* plan) {
 // GRIDCOMM_TILES_CHUNKED 0 (block b takes tiles b, b + gridDim.x, ...) or 1 (a contiguous run of tiles each).
 // GRIDCOMM_EDGES_SPREAD 0: the edge points go to the grid's first threads (the first blocks), 1: a warp's worth
 // to each block in turn, so that no block has both a full share of tiles and all of an edge.
+// GRIDCOMM_TILES_DYNAMIC 1: each block takes its next tile from a counter of the step (the order the hardware
+// hands out a launch's blocks in: the tiles in flight are neighbours, and no block ends its step long after the
+// others); the other two choices then do not apply. GRIDCOMM_PHASE_BARRIERS 1: a block barrier after the edges.
 #ifndef GRIDCOMM_TILES_IN_FLIGHT
 #define GRIDCOMM_TILES_IN_FLIGHT 1
 #endif
@@ -396,6 +399,45 @@ __device__ Edges edges_by_line(const Remote<T>& r, const long long* plan) {
 #ifndef GRIDCOMM_EDGES_SPREAD
 #define GRIDCOMM_EDGES_SPREAD 0
 #endif
+#ifndef GRIDCOMM_TILES_DYNAMIC
+#define GRIDCOMM_TILES_DYNAMIC 0
+#endif
+#ifndef GRIDCOMM_PHASE_BARRIERS
+#define GRIDCOMM_PHASE_BARRIERS 0
+#endif
+
+// Point (i, j) of tile t of the inner region, for this thread (false: outside the region).
+__device__ __forceinline__ bool tile_point(int t, int tiles_across, int row0, int row1, int col0, int col1, int& i,
+                                           int& j) {
+    i = row0 + (t / tiles_across) * static_cast<int>(blockDim.y) + static_cast<int>(threadIdx.y);
+    j = col0 + (t % tiles_across) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+    return i < row1 && j < col1;
+}
+
+// The inner points of a step, tile by tile, each block taking the next tile from `counter` (zero at the step's
+// start). The leader asks for the block's next tile while the block updates this one, so the atomic's round trip
+// to L2 is hidden; one block barrier per tile hands the answer over (and keeps the block's warps on one tile).
+template <typename T>
+__device__ __forceinline__ void update_tiles_dynamic(const T* __restrict__ u, T* __restrict__ v, int tiles,
+                                                     int tiles_across, int row0, int row1, int col0, int col1,
+                                                     long long pitch, T fifth, unsigned int* counter) {
+    __shared__ int next[2];
+    const bool leader = threadIdx.x == 0 && threadIdx.y == 0;
+    if (leader) next[0] = static_cast<int>(atomicAdd(counter, 1u));
+    __syncthreads();
+    for (int k = 0;; ++k) {
+        const int t = next[k & 1];
+        if (t >= tiles) break;  // the same value for every thread of the block: all leave together
+        const int after = leader ? static_cast<int>(atomicAdd(counter, 1u)) : 0;
+        int i, j;
+        if (tile_point(t, tiles_across, row0, row1, col0, col1, i, j)) {
+            const long long c = static_cast<long long>(i) * pitch + j;
+            v[c] = jacobi_point<T>(u, c, pitch, fifth);
+        }
+        if (leader) next[(k + 1) & 1] = after;  // slot k + 1 was last read before the previous barrier
+        __syncthreads();
+    }
+}
 
 // The inner points of a step, tile by tile (blockDim.y x blockDim.x points).
 template <typename T>
@@ -413,9 +455,9 @@ __device__ __forceinline__ void update_tiles(const T* __restrict__ u, T* __restr
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const int t = first + k * stride;
-            const int i = row0 + (t / tiles_across) * static_cast<int>(blockDim.y) + static_cast<int>(threadIdx.y);
-            const int j = col0 + (t % tiles_across) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-            at[k] = t < end && i < row1 && j < col1 ? static_cast<long long>(i) * pitch + j : -1;
+            int i, j;
+            const bool inside = tile_point(t, tiles_across, row0, row1, col0, col1, i, j);
+            at[k] = t < end && inside ? static_cast<long long>(i) * pitch + j : -1;
             if (at[k] >= 0) value[k] = jacobi_point<T>(u, at[k], pitch, fifth);
         }
 #pragma unroll
@@ -479,8 +521,17 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
                 gave_up = true;
             }
         }
+        if (GRIDCOMM_PHASE_BARRIERS) __syncthreads();
         clock.lap(EDGES_NS);
-        update_tiles<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth);  // edges: puts after the sync
+        // Edges that go by puts are put after the sync.
+        if (GRIDCOMM_TILES_DYNAMIC) {
+            // This step's counter; the next step's was last used two steps ago, and is zeroed for it here.
+            if (leader && blockIdx.x == 0) stop[1 + ((s + 1) & 1)] = 0;
+            unsigned int* counter = stop + 1 + (s & 1);
+            update_tiles_dynamic<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth, counter);
+        } else {
+            update_tiles<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth);
+        }
         clock.lap(TILES_NS);
         // Every block sees a wait that gave up after the same sync; one block reads its own flag in shared memory,
         // not the global one (a load from L2 on every step's critical path).

@@ -98,7 +98,7 @@ class ShmemJacobi:
         # The persistent mode's lines: per side and step parity, n edge values with their step's tag, 16 bytes each.
         self._lines = shmem.symmetric_array(len(SIDES) * 2 * n * LINE_BYTES, comm)
         self._finished = cupy.zeros(1, dtype=np.uint32)
-        self._stop = cupy.zeros(1, dtype=np.uint32)
+        self._stop = cupy.zeros(3, dtype=np.uint32)  # the persistent kernel's stop flag, then its two tile counters
         strip_points = sum(r.points for r in strips)
         device = cupy.cuda.Device()
         sms = int(device.attributes["MultiProcessorCount"])
