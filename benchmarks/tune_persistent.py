@@ -1,15 +1,11 @@
-"""Tune the stencil2d persistent kernel (jacobi2d_nvshmem.cu) on every rank: its block shape and how it walks the
-inner tiles (tiles in flight per thread, interleaved or contiguous runs per block, blocks per SM), timed beside
-the step with no exchange and the nvshmem mode, each variant checked bitwise against the serial reference.
+"""Tune the stencil2d persistent kernel (jacobi2d_nvshmem.cu) on every rank: its block shape and which of its two
+builds runs (1: one resident block per SM, tiles in a fixed order; 2: two, tiles from a counter), timed beside the
+step with no exchange and the nvshmem mode, each checked bitwise against the serial reference.
 
-    mpiexec -n 4 python benchmarks/tune_persistent.py --sizes 4096,8192 --blocks 32x32,128x8 \
-        --variants 1/0/1,2/1/1 --out DIR
+    mpiexec -n 4 python benchmarks/tune_persistent.py --sizes 4096,8192 --blocks 32x32,128x8 --builds 1,2 --out DIR
 
-A variant is IN_FLIGHT/CHUNKED/BLOCKS[/SPREAD[/DYNAMIC[/BARRIERS]]]: the kernel's GRIDCOMM_TILES_IN_FLIGHT and
-GRIDCOMM_TILES_CHUNKED, the resident blocks per SM the kernel is built for (1 or 2: which of its two builds
-runs), then GRIDCOMM_EDGES_SPREAD, GRIDCOMM_TILES_DYNAMIC and GRIDCOMM_PHASE_BARRIERS (0 where left out).
-`--profile` builds the kernel with GRIDCOMM_PERSISTENT_PROFILE and prints, per variant, where a step's time goes
-on each block (edge points, inner tiles, the grid-wide sync; every phase ends at a block barrier, so a profiled
+`--profile` builds the kernel with GRIDCOMM_PERSISTENT_PROFILE and prints, per case, where a step's time goes on
+each block (edge points, inner tiles, the grid-wide sync; every phase ends at a block barrier, so a profiled
 step is not the library's step). Needs NVSHMEM (gridcomm[nvshmem]) and one GPU per rank.
 """
 
@@ -17,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,13 +30,9 @@ PROFILE_STEPS = 20  # steps of the profiled launch
 PROFILE_SLOTS = ("edges_ns", "tiles_ns", "sync_ns", "polls", "late_points")  # jacobi2d_nvshmem.cu's ProfileSlot
 
 
-def use_variant(variant: str, block: tuple[int, int], base_options: tuple[str, ...]) -> None:
-    """Set what the next Stencil2D's persistent kernel is built and launched with."""
-    in_flight, chunked, blocks, spread, dynamic, barriers = ([int(x) for x in variant.split("/")] + [0] * 3)[:6]
-    shmem_kernel.OPTIONS = (*base_options, f"-DGRIDCOMM_TILES_IN_FLIGHT={in_flight}",
-                            f"-DGRIDCOMM_TILES_CHUNKED={chunked}", f"-DGRIDCOMM_EDGES_SPREAD={spread}",
-                            f"-DGRIDCOMM_TILES_DYNAMIC={dynamic}", f"-DGRIDCOMM_PHASE_BARRIERS={barriers}")  # fmt: skip
-    shmem_kernel.TWO_BLOCKS_FROM_POINTS = 0 if blocks == 2 else sys.maxsize
+def use_case(build: int, block: tuple[int, int]) -> None:
+    """Set what the next Stencil2D's persistent kernel runs: its build (1 or 2 blocks per SM) and block shape."""
+    shmem_kernel.TWO_BLOCKS = build == 2
     shmem_kernel.PERSISTENT_BLOCK = block
 
 
@@ -96,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="4096,8192", help="points per rank side")
     parser.add_argument("--blocks", default="32x32,64x16,128x8,256x4", help="persistent blocks, COLSxROWS")
-    parser.add_argument("--variants", default="1/0/1,4/0/1,1/1/1,2/1/1,1/0/2", help="IN_FLIGHT/CHUNKED/BLOCKS")
+    parser.add_argument("--builds", default="1,2", help="the kernel's builds: resident blocks per SM")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="time each phase of a step per block")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
@@ -105,37 +96,38 @@ def main() -> None:
     use_local_gpu(comm)
     sizes = [int(x) for x in args.sizes.split(",")]
     blocks = [tuple(int(x) for x in b.split("x")) for b in args.blocks.split(",")]
-    base_options, two_from = shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS_FROM_POINTS
+    kept = shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS, shmem_kernel.PERSISTENT_BLOCK
     if args.profile:
-        base_options = (*base_options, "-DGRIDCOMM_PERSISTENT_PROFILE")
+        shmem_kernel.OPTIONS = (*shmem_kernel.OPTIONS, "-DGRIDCOMM_PERSISTENT_PROFILE")
+    builds = [int(x) for x in args.builds.split(",")]
     rows = []
     for n in sizes:
         references = {}
         for mode in ("traditional", "nvshmem"):  # the step with no exchange, and the nvshmem mode's
             with Stencil2D(comm, n, np.float64, "cupy", mode, exchange=mode != "traditional") as sim:
                 references[mode] = time_steps(sim, args.samples)["median_s"]
-        for variant, block in itertools.product(args.variants.split(","), blocks):
-            use_variant(variant, block, base_options)
+        for build, block in itertools.product(builds, blocks):
+            use_case(build, block)
             with Stencil2D(comm, n, np.float64, "cupy", "persistent") as sim:
                 timing = time_steps(sim, args.samples)
                 grid = sim._shmem.persistent_blocks
                 phases = profile(comm, sim) if args.profile else {}
             t, ceiling = timing["median_s"], references["traditional"]
-            row = {"n": n, "variant": variant, "block": list(block), "grid": grid, "time_per_step_s": t,
+            row = {"n": n, "build": build, "block": list(block), "grid": grid, "time_per_step_s": t,
                    "min_s": timing["min_s"], "no_exchange_s": ceiling, "nvshmem_s": references["nvshmem"],
                    "over_no_exchange": t / ceiling, "bitwise_equal": checked(comm, min(n, 256)),
                    "profile": phases}  # fmt: skip
             rows.append(row)
             if comm.rank == 0:
                 print(
-                    f"n={n} {variant} block {block[0]}x{block[1]} grid {grid}: {t * 1e6:.1f} us, "
+                    f"n={n} build {build} block {block[0]}x{block[1]} grid {grid}: {t * 1e6:.1f} us, "
                     f"{row['over_no_exchange']:.3f}x no exchange ({ceiling * 1e6:.1f} us), "
                     f"nvshmem {references['nvshmem'] * 1e6:.1f} us, bitwise {row['bitwise_equal']}",
                     flush=True,
                 )
-    shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS_FROM_POINTS = base_options, two_from
+    shmem_kernel.OPTIONS, shmem_kernel.TWO_BLOCKS, shmem_kernel.PERSISTENT_BLOCK = kept
     if comm.rank == 0:
-        config = {"sizes": sizes, "blocks": [list(b) for b in blocks], "variants": args.variants.split(","),
+        config = {"sizes": sizes, "blocks": [list(b) for b in blocks], "builds": builds,
                   "samples": args.samples, "dtype": "float64", "profile": args.profile}  # fmt: skip
         path = write_results(args.out, "tune-persistent", machine_info(comm.size, gpus_used=comm.size), config, rows)
         print(f"results: {path}")

@@ -296,14 +296,15 @@ def test_gpu_modes_match_numpy_serial_bitwise(mode, dtype):
 @needs_gpu
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_gpu_persistent_kernel_for_two_blocks_per_sm_matches_serial_bitwise(dtype, monkeypatch):
-    """The persistent kernel's build for two resident blocks per SM (chosen for large blocks) on small ones."""
+    """The persistent kernel's build for two resident blocks per SM (chosen where a grid fills the GPU; its blocks
+    take their tiles from a counter per step, zeroed two steps ahead: launches of 4 steps) on small blocks."""
     import cupy
 
     from gridcomm.lab.apps.stencil2d import shmem_kernel
 
     if NVSHMEM_WHY is not None:
         pytest.skip(f"NVSHMEM not usable here: {NVSHMEM_WHY}")
-    monkeypatch.setattr(shmem_kernel, "TWO_BLOCKS_FROM_POINTS", 0)
+    monkeypatch.setattr(shmem_kernel, "TWO_BLOCKS", True)
     for n, batches in ((37, (4, 1, 4)), (300, (1, 2))):
         with Stencil2D(None, n, dtype, cupy, "persistent") as sim:
             for k in batches:

@@ -63,11 +63,10 @@ def main(argv: list[str]) -> int:
 
         from gridcomm.lab.apps.stencil2d import shmem_kernel
 
-        two_from = shmem_kernel.TWO_BLOCKS_FROM_POINTS
         for mode, transport, n, steps, dtype, two in GPU_CASES:
             if kept is not None and mode not in kept:
                 continue
-            shmem_kernel.TWO_BLOCKS_FROM_POINTS = 0 if two else two_from  # which build of the kernel runs
+            shmem_kernel.TWO_BLOCKS = True if two else None  # which build of the kernel runs
             what = f"GPU {mode}{' (2 blocks per SM)' if two else ''}/{transport} n={n} steps={steps} {dtype}"
             if mode == "graph" and transport == "staged":
                 try:

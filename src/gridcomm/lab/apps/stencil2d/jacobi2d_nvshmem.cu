@@ -382,31 +382,8 @@ __device__ Edges edges_by_line(const Remote<T>& r, const long long* plan) {
     return e;
 }
 
-// How the persistent kernel walks the inner tiles of a step (benchmarks/tune_persistent.py times the choices):
-// GRIDCOMM_TILES_IN_FLIGHT tiles per thread at once (their loads all issued before the first store), and
-// GRIDCOMM_TILES_CHUNKED 0 (block b takes tiles b, b + gridDim.x, ...) or 1 (a contiguous run of tiles each).
-// GRIDCOMM_EDGES_SPREAD 0: the edge points go to the grid's first threads (the first blocks), 1: a warp's worth
-// to each block in turn, so that no block has both a full share of tiles and all of an edge.
-// GRIDCOMM_TILES_DYNAMIC 1: each block takes its next tile from a counter of the step (the order the hardware
-// hands out a launch's blocks in: the tiles in flight are neighbours, and no block ends its step long after the
-// others); the other two choices then do not apply. GRIDCOMM_PHASE_BARRIERS 1: a block barrier after the edges.
-#ifndef GRIDCOMM_TILES_IN_FLIGHT
-#define GRIDCOMM_TILES_IN_FLIGHT 1
-#endif
-#ifndef GRIDCOMM_TILES_CHUNKED
-#define GRIDCOMM_TILES_CHUNKED 0
-#endif
-#ifndef GRIDCOMM_EDGES_SPREAD
-#define GRIDCOMM_EDGES_SPREAD 0
-#endif
-#ifndef GRIDCOMM_TILES_DYNAMIC
-#define GRIDCOMM_TILES_DYNAMIC 0
-#endif
-#ifndef GRIDCOMM_PHASE_BARRIERS
-#define GRIDCOMM_PHASE_BARRIERS 0
-#endif
-
-// Point (i, j) of tile t of the inner region, for this thread (false: outside the region).
+// Point (i, j) of tile t of the inner region (tiles of blockDim.y x blockDim.x points), for this thread (false:
+// outside the region).
 __device__ __forceinline__ bool tile_point(int t, int tiles_across, int row0, int row1, int col0, int col1, int& i,
                                            int& j) {
     i = row0 + (t / tiles_across) * static_cast<int>(blockDim.y) + static_cast<int>(threadIdx.y);
@@ -414,13 +391,34 @@ __device__ __forceinline__ bool tile_point(int t, int tiles_across, int row0, in
     return i < row1 && j < col1;
 }
 
-// The inner points of a step, tile by tile, each block taking the next tile from `counter` (zero at the step's
-// start). The leader asks for the block's next tile while the block updates this one, so the atomic's round trip
-// to L2 is hidden; one block barrier per tile hands the answer over (and keeps the block's warps on one tile).
 template <typename T>
-__device__ __forceinline__ void update_tiles_dynamic(const T* __restrict__ u, T* __restrict__ v, int tiles,
-                                                     int tiles_across, int row0, int row1, int col0, int col1,
-                                                     long long pitch, T fifth, unsigned int* counter) {
+__device__ __forceinline__ void update_tile_point(const T* __restrict__ u, T* __restrict__ v, int t, int tiles_across,
+                                                  int row0, int row1, int col0, int col1, long long pitch, T fifth) {
+    int i, j;
+    if (!tile_point(t, tiles_across, row0, row1, col0, col1, i, j)) return;
+    const long long c = static_cast<long long>(i) * pitch + j;
+    v[c] = jacobi_point<T>(u, c, pitch, fifth);
+}
+
+// The inner points of a step, tile by tile. A grid smaller than the GPU (a few tiles per block) walks them in a
+// fixed order: block b takes tiles b, b + gridDim.x, ... A grid that fills the GPU (`from_counter`: the build for
+// two blocks per SM) takes each block's next tile from `counter` (zero at the step's start), the order in which
+// the hardware hands out the blocks of an ordinary launch: the tiles in flight are neighbours in memory, the
+// warps of a block stay on one tile, and no block ends its step long after the others. In the fixed order, at
+// n = 8192 on 4 x H100, the blocks' warps drifted apart over the step, the tiles took 500-530 us against the
+// no-exchange step's 455 and the slowest block 20-40 us longer than the mean (tune_persistent.py --profile,
+// tune-persistent-gpu-4r-20261127T022534Z); from the counter: 448 us, every block within 1.5 us
+// (tune-persistent-gpu-4r-20261127T022926Z). The leader asks for the block's next tile while the block updates
+// this one, so the atomic's round trip to L2 is hidden; one block barrier per tile hands the answer over.
+template <typename T, bool from_counter>
+__device__ __forceinline__ void update_tiles(const T* __restrict__ u, T* __restrict__ v, int tiles, int tiles_across,
+                                             int row0, int row1, int col0, int col1, long long pitch, T fifth,
+                                             unsigned int* counter) {
+    if (!from_counter) {
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+            update_tile_point<T>(u, v, t, tiles_across, row0, row1, col0, col1, pitch, fifth);
+        return;
+    }
     __shared__ int next[2];
     const bool leader = threadIdx.x == 0 && threadIdx.y == 0;
     if (leader) next[0] = static_cast<int>(atomicAdd(counter, 1u));
@@ -429,40 +427,9 @@ __device__ __forceinline__ void update_tiles_dynamic(const T* __restrict__ u, T*
         const int t = next[k & 1];
         if (t >= tiles) break;  // the same value for every thread of the block: all leave together
         const int after = leader ? static_cast<int>(atomicAdd(counter, 1u)) : 0;
-        int i, j;
-        if (tile_point(t, tiles_across, row0, row1, col0, col1, i, j)) {
-            const long long c = static_cast<long long>(i) * pitch + j;
-            v[c] = jacobi_point<T>(u, c, pitch, fifth);
-        }
+        update_tile_point<T>(u, v, t, tiles_across, row0, row1, col0, col1, pitch, fifth);
         if (leader) next[(k + 1) & 1] = after;  // slot k + 1 was last read before the previous barrier
         __syncthreads();
-    }
-}
-
-// The inner points of a step, tile by tile (blockDim.y x blockDim.x points).
-template <typename T>
-__device__ __forceinline__ void update_tiles(const T* __restrict__ u, T* __restrict__ v, int tiles, int tiles_across,
-                                             int row0, int row1, int col0, int col1, long long pitch, T fifth) {
-    constexpr int K = GRIDCOMM_TILES_IN_FLIGHT;
-    const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
-    const int run = GRIDCOMM_TILES_CHUNKED ? (tiles + blocks - 1) / blocks : 0;
-    const int begin = GRIDCOMM_TILES_CHUNKED ? block * run : block;
-    const int end = GRIDCOMM_TILES_CHUNKED ? min(tiles, begin + run) : tiles;
-    const int stride = GRIDCOMM_TILES_CHUNKED ? 1 : blocks;
-    for (int first = begin; first < end; first += K * stride) {
-        T value[K];
-        long long at[K];
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            const int t = first + k * stride;
-            int i, j;
-            const bool inside = tile_point(t, tiles_across, row0, row1, col0, col1, i, j);
-            at[k] = t < end && inside ? static_cast<long long>(i) * pitch + j : -1;
-            if (at[k] >= 0) value[k] = jacobi_point<T>(u, at[k], pitch, fifth);
-        }
-#pragma unroll
-        for (int k = 0; k < K; ++k)
-            if (at[k] >= 0) v[at[k]] = value[k];
     }
 }
 
@@ -471,8 +438,9 @@ __device__ __forceinline__ void update_tiles(const T* __restrict__ u, T* __restr
 // rest is computed), then the other points tile by tile (blockDim.y x blockDim.x points); sync grid-wide (a block
 // barrier when the grid is one block: small n, where the step is all latency). Neighbours that stores cannot
 // reach go as in the nvshmem mode: wait for their signal first, put and signal after the sync. A wait that gives
-// up stops every block at the next sync.
-template <typename T>
+// up stops every block at the next sync. stop[0] is that flag, stop[1] and stop[2] the tile counters of the
+// launch's even and odd steps (all three zeroed before the launch).
+template <typename T, bool from_counter>
 __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, uint64_t* signals, long long first,
                            int steps, T fifth, unsigned int* stop, unsigned long long limit_ns,
                            volatile long long* error) {
@@ -494,10 +462,11 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
     const int tiles_across = (col1 - col0 + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
     const int tiles_down = (row1 - row0 + static_cast<int>(blockDim.y) - 1) / static_cast<int>(blockDim.y);
     const int tiles = row1 > row0 && col1 > col0 ? tiles_down * tiles_across : 0;
+    // The edge points go a warp's worth to each block in turn, so that no block has both its share of the tiles
+    // and a whole edge (the grid's first blocks had all of them: 1.3x slower at n = 1024).
     const int in_block = threadIdx.y * blockDim.x + threadIdx.x;
     const int threads = gridDim.x * blockDim.y * blockDim.x;  // blocks of whole warps (PERSISTENT_BLOCK)
-    const int thread = GRIDCOMM_EDGES_SPREAD ? ((in_block / 32) * gridDim.x + blockIdx.x) * 32 + in_block % 32
-                                             : blockIdx.x * blockDim.y * blockDim.x + in_block;
+    const int thread = ((in_block / 32) * gridDim.x + blockIdx.x) * 32 + in_block % 32;
     const int edge_points = edges.points();
     PhaseClock clock;
     clock.start();
@@ -521,17 +490,11 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
                 gave_up = true;
             }
         }
-        if (GRIDCOMM_PHASE_BARRIERS) __syncthreads();
         clock.lap(EDGES_NS);
-        // Edges that go by puts are put after the sync.
-        if (GRIDCOMM_TILES_DYNAMIC) {
-            // This step's counter; the next step's was last used two steps ago, and is zeroed for it here.
-            if (leader && blockIdx.x == 0) stop[1 + ((s + 1) & 1)] = 0;
-            unsigned int* counter = stop + 1 + (s & 1);
-            update_tiles_dynamic<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth, counter);
-        } else {
-            update_tiles<T>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth);
-        }
+        // The tile counters: this step's, and the next step's, last used two steps ago, zeroed for it here.
+        if (from_counter && leader && blockIdx.x == 0) stop[1 + ((s + 1) & 1)] = 0;
+        update_tiles<T, from_counter>(u, v, tiles, tiles_across, row0, row1, col0, col1, pitch, fifth,
+                                      stop + 1 + (s & 1));  // edges that go by puts: after the sync
         clock.lap(TILES_NS);
         // Every block sees a wait that gave up after the same sync; one block reads its own flag in shared memory,
         // not the global one (a load from L2 on every step's critical path).
@@ -550,15 +513,15 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
 }
 
 // The persistent kernel for 1 or 2 resident blocks of 1024 threads per SM (__launch_bounds__): 2 caps the
-// registers at 32 per thread, where the kernel takes 64, and a few spill. On 4 x H100, per step, 2 blocks took
-// 157 / 665 us at n = 4096 / 8192 against 177 / 717-727 with 1, but 10-20 % longer at n = 128-1024 (the spills
-// sit on the edge points' path, which is all a small step does): shmem_kernel.py picks by the region's points
-// (stencil2d-gpu-4r-20261127T012206Z, tune-persistent-gpu-4r-20261127T011938Z).
+// registers at 32 per thread, where the kernel takes 64, and a few spill onto the edge points' path. The build for
+// 2 fills the GPU and takes its tiles from a counter; the build for 1 runs grids smaller than the GPU, whose steps
+// are mostly latency (spills cost them 10-20 %; tiles from a counter 0.4-1 us at n = 64-256). shmem_kernel.py picks
+// by the region's points (tune-persistent-gpu-4r-20261127T023006Z).
 #define GRIDCOMM_JACOBI_PERSISTENT(T, suffix, blocks)                                                                \
     extern "C" __global__ void __launch_bounds__(1024, blocks) gridcomm_jacobi2d_persistent_##suffix(                \
         T* a, T* b, Line<T>* lines, const long long* plan, uint64_t* signals, long long first, int steps, T fifth,    \
         unsigned int* stop, unsigned long long limit_ns, volatile long long* error) {                                 \
-        persistent<T>(a, b, lines, plan, signals, first, steps, fifth, stop, limit_ns, error);                       \
+        persistent<T, blocks == 2>(a, b, lines, plan, signals, first, steps, fifth, stop, limit_ns, error);          \
     }
 
 #define GRIDCOMM_JACOBI_SHMEM(T, suffix)                                                                              \

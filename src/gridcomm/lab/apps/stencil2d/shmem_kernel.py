@@ -29,10 +29,11 @@ SIDES = ((0, -1), (0, 1), (1, -1), (1, 1))
 BOUNDARY_THREADS = 256
 #: The persistent kernel's block: a tile of 32 columns (a warp: coalesced) by 32 rows.
 PERSISTENT_BLOCK = (32, 32)
-#: Update-region points (per rank) from which the persistent kernel built for two resident blocks per SM runs
-#: instead of the one for one block: between n = 2048 (about 4.2 million points, 44 us per step with either on 4 x
-#: H100) and n = 4096 (157 against 177 us).
-TWO_BLOCKS_FROM_POINTS = 8_000_000
+#: Which build of the persistent kernel runs: None picks by the region (the build for two resident blocks per SM,
+#: whose blocks take their tiles from a counter, where the grid of the other would fill the GPU: on 4 x H100 at
+#: n = 1024 / 2048 / 8192, 9.4 / 33.5 / 453.6 us per step against 9.7 / 43.6 / 655.9; jacobi2d_nvshmem.cu says
+#: why); True or False forces it (tests, benchmarks/tune_persistent.py).
+TWO_BLOCKS: bool | None = None
 #: Bytes of one line of jacobi2d_nvshmem.cu: a float64 halo value with its tag in each half (float32 lines take 8).
 LINE_BYTES = 16
 #: Points each thread of the persistent kernel updates per step, at least where the grid allows: up to n = 64 the
@@ -48,6 +49,13 @@ def symmetric_fields(host: np.ndarray, comm: Communicator) -> tuple[Any, list[An
     for f in fields:
         f.set(host)
     return memory, fields
+
+
+def _resident_blocks(kernel: Any, threads: int, sms: int) -> int:
+    """How many blocks of ``threads`` threads of ``kernel`` the GPU's ``sms`` SMs hold at once."""
+    import cupy
+
+    return cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, 0) * sms
 
 
 class ShmemJacobi:
@@ -77,8 +85,6 @@ class ShmemJacobi:
         dtype = np.dtype(fields[0].dtype)
         module = shmem.load_module(SOURCE, comm, OPTIONS)
         self._boundary = module.get_function(f"gridcomm_jacobi2d_boundary_{SUFFIX[dtype]}")
-        two = "two_" if region.points >= TWO_BLOCKS_FROM_POINTS else ""  # jacobi2d_nvshmem.cu says why
-        self._persistent = module.get_function(f"gridcomm_jacobi2d_persistent_{two}{SUFFIX[dtype]}")
         self._send_edges = module.get_function(f"gridcomm_jacobi2d_send_edges_{SUFFIX[dtype]}")
         self._fifth = dtype.type(0.2)
         pes = shmem.pe_of_ranks(comm)
@@ -104,9 +110,11 @@ class ShmemJacobi:
         sms = int(device.attributes["MultiProcessorCount"])
         self._boundary_blocks = max(1, min(math.ceil(strip_points / BOUNDARY_THREADS), 4 * sms))
         threads = math.prod(PERSISTENT_BLOCK)
-        resident = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(self._persistent.ptr, threads, 0) * sms
         wanted = math.ceil(region.points / (threads * POINTS_PER_THREAD))
-        self.persistent_blocks = max(1, min(wanted, resident))
+        one = module.get_function(f"gridcomm_jacobi2d_persistent_{SUFFIX[dtype]}")
+        two = wanted >= _resident_blocks(one, threads, sms) if TWO_BLOCKS is None else TWO_BLOCKS
+        self._persistent = module.get_function(f"gridcomm_jacobi2d_persistent_two_{SUFFIX[dtype]}") if two else one
+        self.persistent_blocks = max(1, min(wanted, _resident_blocks(self._persistent, threads, sms)))
 
     def send_edges(self, parity: int, steps_done: int, stream: Any) -> None:
         """Deliver the edges of ``fields[parity]`` (the field after ``steps_done`` steps) to the neighbours."""
