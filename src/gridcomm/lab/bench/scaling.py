@@ -357,9 +357,10 @@ def stencil2d_s(
     m: Machine, gpus: int, n: int, one_gpu_s: float, kernel_s: float = KERNEL_FLOOR_S, itemsize: int = 8
 ) -> float:
     """A step of n x n points per GPU (weak scaling) on the process grid gridcomm picks, ranks filling nodes in
-    order, as the graph-replayed step runs it: the exchange of the slowest rank beside the interior update, then
-    the boundary strips (their points' share of the one-GPU step, at least ``kernel_s``, one kernel's time where
-    a step is all latency); at least the one-GPU step."""
+    order, as the graph-replayed step runs it: each rank's exchange beside its interior update, then its boundary
+    strips, one kernel per side that has a neighbour, one after another (each its points' share of the one-GPU
+    step, at least ``kernel_s``, one kernel's time where a step is all latency); the slowest rank's, at least the
+    one-GPU step."""
     if gpus == 1:
         return one_gpu_s
     side = n * gpus
@@ -375,9 +376,9 @@ def stencil2d_s(
                     on += n * itemsize
                 else:
                     off += n * itemsize
-        worst = max(worst, m.exchange_s(on, off, gpus, n * itemsize))
-    strips_s = max(kernel_s, one_gpu_s * min(1.0, 4 / n))
-    return max(one_gpu_s, worst + strips_s)
+        strips = (on + off) // (n * itemsize)
+        worst = max(worst, m.exchange_s(on, off, gpus, n * itemsize) + strips * max(kernel_s, one_gpu_s / n))
+    return max(one_gpu_s, worst)
 
 
 def halo_coefficient(grid: str = "O96", parts: int = 16, layers: int = 2) -> float:
