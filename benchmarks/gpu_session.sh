@@ -96,6 +96,11 @@ sys.exit(run_under_mpiexec(4, [sys.executable, 'tests/mpi_programs/stencil2d_ran
 sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_persistent.py', '--out', '$dir/results', \
 *'${TUNE_PERSISTENT:-}'.split()]))"
         ;;
+      probe-mpi-waits)  # a small host transposition completed by one blocking MPI call, by MPI's wait, by gridcomm's
+        # poll and by a spin, HOST_RANKS ranks (default 16) on the host CPU (benchmarks/probe_mpi_waits.py)
+        stage probe-mpi-waits 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec(${HOST_RANKS:-16}, [sys.executable, 'benchmarks/probe_mpi_waits.py', '--out', '$dir/results']))"
+        ;;
       probe-waits)  # host waits before and after NVSHMEM starts, 2 ranks: Open MPI's default binding, then gridcomm's launch
         stage probe-waits-bound 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x PYTHONPATH -x NVSHMEM_DISABLE_NVLS \
           $py benchmarks/probe_host_waits.py --label openmpi-default --out "$dir/results"
@@ -117,7 +122,7 @@ $py -c 'import mpi4jax; print(\"mpi4jax\", mpi4jax.__version__, \"CUDA:\", mpi4j
       cuda-mpi)  # the CUDA-aware Open MPI built by benchmarks/build_cuda_mpi.sh (carried in .whl/cuda-mpi, built
         # here from the carried sources if absent): the mpi transport on device memory, its suites and benches
         # (CUDA_MPI_TESTS_K: which GPU tests, pytest -k, or none; CUDA_MPI_BENCHES: which of p2p, alltoall, halo,
-        # halo-cpu, transpose-cpu)
+        # halo-cpu, transpose-cpu, probe-mpi-waits)
         cmpi="$PWD/.whl/cuda-mpi/openmpi-4.1.4-cuda"
         stage cuda-mpi-build 500 bash benchmarks/build_cuda_mpi.sh "$cmpi"
         (
@@ -153,6 +158,9 @@ $py -c 'import ghex; print(\"ghex\", ghex.__config__)'"
             --np "${HOST_RANKS:-16}" --out "$dir/results"
           [[ $benches != *" transpose-cpu "* ]] ||
             stage cuda-mpi-transpose-cpu 240 $py -m gridcomm bench transpose --np "${HOST_RANKS:-16}" --out "$dir/results"
+          [[ $benches != *" probe-mpi-waits "* ]] || stage cuda-mpi-probe-mpi-waits 200 $py -c "import sys; \
+from gridcomm.launch import run_under_mpiexec; sys.exit(run_under_mpiexec(${HOST_RANKS:-16}, [sys.executable, \
+'benchmarks/probe_mpi_waits.py', '--profile', '--out', '$dir/results']))"
           printf '%s\n' "${summary[@]}" >"$dir/cuda-mpi.summary"
         )
         summary+=("$(cat "$dir/cuda-mpi.summary" 2>/dev/null)")

@@ -39,10 +39,12 @@ GPU_CANDIDATES: dict[str, str | Transport] = {
 HOST_CANDIDATES: dict[str, str | Transport] = {
     "cma": "cma",
     "mpi": "mpi",
-    # MPI's neighbourhood collective through derived datatypes (no copies of gridcomm's): the fastest of gridcomm's
-    # host variants on 16 ranks of a 64-core Xeon with Open MPI 4.1.4 for small halos and transpositions (98
-    # against 132 µs, 51 against 66; docs/design.md); on 2 cores with MPICH 1.2-1.7x cma's time.
-    "mpi/method=neighbor/packing=datatype": MpiTransport(method="neighbor", packing="datatype"),
+    # MPI's derived datatypes (no copies of gridcomm's), a send and a receive per peer: the fastest of gridcomm's
+    # host variants on 16 ranks of a 64-core Xeon with Open MPI 4.1.4 in 12 of 15 halo cases (104 against 116 µs
+    # for packed copies at n = 8, 1 field; 3.0 against 4.4 ms for cma at n = 64, 16 fields) and within 7 % of the
+    # neighbourhood collective of the same datatypes where that one was (docs/design.md); on 2 cores with MPICH
+    # 1.1-1.9x cma's time.
+    "mpi/packing=datatype": MpiTransport(packing="datatype"),
 }
 TIE = 0.03  # a candidate within 3 % of the fastest that comes earlier in preference wins: no flapping on noise
 WARMUP = 2  # exchanges run before timing (connections, first touch, NCCL's first launch)

@@ -28,10 +28,11 @@ from ..measure.timing import time_interleaved
 from .halo import host_variants
 from .peers import same_bits
 
-#: gridcomm's ways of moving the blocks: packed copies per peer, MPI's datatypes in one neighbourhood call (as
-#: mpi4py-fft's Alltoallw of subarray types), and cma's single copy.
+#: gridcomm's ways of moving the blocks: packed copies per peer, MPI's datatypes per peer or in one neighbourhood
+#: call (as mpi4py-fft's Alltoallw of subarray types), and cma's single copy.
 VARIANTS: dict[str, Transport] = {
     "mpi": MpiTransport(),
+    "mpi p2p/datatype": MpiTransport("p2p", "datatype"),
     "mpi neighbor/datatype": MpiTransport("neighbor", "datatype"),
     "cma": CmaTransport(),
 }

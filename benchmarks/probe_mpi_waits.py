@@ -1,0 +1,187 @@
+"""Where a small host transposition loses to one blocking MPI call: the same slab redistribution (an N³ float64
+array split along axis 0 -> split along axis 1, MPI subarray datatypes, what mpi4py-fft's ``Pencil.transfer``
+sends) completed in different ways, so that the MPI algorithm and the way the host waits are told apart:
+
+- ``Alltoallw``: one blocking collective (mpi4py-fft);
+- ``Ialltoallw + Wait``: the non-blocking collective, waited for inside MPI (a C spin);
+- ``Ialltoallw + poll``: the same, waited for as gridcomm waits (``waiting.poll_until``: test, yield the core);
+- ``Ialltoallw + spin``: tests in a Python loop without yielding;
+- ``p2p + Waitall`` / ``p2p + poll``: persistent sends and receives of the same datatypes (gridcomm's
+  ``mpi`` p2p/datatype channel), waited for inside MPI, as gridcomm waits, as gridcomm waits but testing one
+  request per turn (``poll each``), or by Testall in a loop without yielding (``spin``);
+- ``Transposer ...``: gridcomm's Transposer over those two MPI configurations, the whole call.
+
+With ``--profile`` rank 0 also prints a cProfile of 2,000 calls of the Transposer over p2p/datatype.
+
+    mpiexec -n 16 python benchmarks/probe_mpi_waits.py --sizes 32,64,128 --out DIR
+
+Prints one line per size (µs per transposition: each sample the slowest rank's mean over a batch; median of
+the samples) and writes DIR/probe-mpi-waits-cpu-<ranks>r-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from gridcomm.comm import Communicator
+from gridcomm.lab.bench.results import write_results
+from gridcomm.lab.measure.machine import machine_info
+from gridcomm.transports import MpiTransport
+from gridcomm.transpose import Transposer
+from gridcomm.waiting import poll_until
+
+SAMPLES = 7
+MIN_SAMPLE_S = 0.05
+
+
+def slab_types(n: int, ranks: int, rank: int) -> tuple[np.ndarray, np.ndarray, list, list]:
+    """This rank's slab before (rows of axis 0) and after (columns of axis 1), and the subarray types of the
+    block it sends to and receives from each rank."""
+    share = [n // ranks + (r < n % ranks) for r in range(ranks)]
+    start = np.concatenate([[0], np.cumsum(share)])
+    before = np.random.default_rng(rank).random((share[rank], n, n))
+    after = np.empty((n, share[rank], n))
+    sends, recvs = [], []
+    for peer in range(ranks):
+        sends.append(MPI.DOUBLE.Create_subarray(before.shape, (share[rank], share[peer], n), (0, start[peer], 0)))
+        recvs.append(MPI.DOUBLE.Create_subarray(after.shape, (share[peer], share[rank], n), (start[peer], 0, 0)))
+    for t in sends + recvs:
+        t.Commit()
+    return before, after, sends, recvs
+
+
+def timed(comm: MPI.Comm, run: Callable[[], None]) -> float:
+    """Median over SAMPLES of the slowest rank's mean seconds per call, batches sized to MIN_SAMPLE_S."""
+    for _ in range(5):
+        run()
+    comm.Barrier()
+    start = time.perf_counter()
+    run()
+    calls = comm.allreduce(max(1, int(MIN_SAMPLE_S / max(time.perf_counter() - start, 1e-7))), op=MPI.MAX)
+    samples = []
+    for _ in range(SAMPLES):
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        samples.append(comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX))
+    return float(np.median(samples))
+
+
+def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
+    """Every way at N = ``n``, each first checked equal to the blocking call's result (collective)."""
+    mpi = comm.mpi
+    before, after, sends, recvs = slab_types(n, mpi.size, mpi.rank)
+    ones, zeros = [1] * mpi.size, [0] * mpi.size
+    send, recv = [before, ones, zeros, sends], [after, ones, zeros, recvs]
+    p2p = [mpi.Recv_init([after, 1, recvs[p]], p, 7) for p in range(mpi.size)]
+    p2p += [mpi.Send_init([before, 1, sends[p]], p, 7) for p in range(mpi.size)]
+
+    def late(elapsed: float) -> Exception:
+        return TimeoutError(f"rank {mpi.rank}: transposition not done after {elapsed:.1f} s")
+
+    def spin(request: MPI.Request) -> None:
+        while not request.Test():
+            pass
+
+    def p2p_poll() -> None:
+        MPI.Prequest.Startall(p2p)
+        poll_until(lambda: MPI.Request.Testall(p2p), 60.0, late)
+
+    def p2p_poll_each() -> None:  # one request tested per turn: a progress call at a fraction of Testall's cost
+        MPI.Prequest.Startall(p2p)
+        left = list(p2p)
+
+        def done() -> bool:
+            while left and left[-1].Test():
+                left.pop()
+            return not left
+
+        poll_until(done, 60.0, late)
+
+    def p2p_spin() -> None:
+        MPI.Prequest.Startall(p2p)
+        while not MPI.Request.Testall(p2p):
+            pass
+
+    def p2p_wait() -> None:
+        MPI.Prequest.Startall(p2p)
+        MPI.Request.Waitall(p2p)
+
+    ways: dict[str, Callable[[], None]] = {
+        "Alltoallw": lambda: mpi.Alltoallw(send, recv),
+        "Ialltoallw + Wait": lambda: mpi.Ialltoallw(send, recv).Wait(),
+        "Ialltoallw + poll": lambda: poll_until(mpi.Ialltoallw(send, recv).Test, 60.0, late),
+        "Ialltoallw + spin": lambda: spin(mpi.Ialltoallw(send, recv)),
+        "p2p + Waitall": p2p_wait,
+        "p2p + poll": p2p_poll,
+        "p2p + poll each": p2p_poll_each,
+        "p2p + spin": p2p_spin,
+    }
+    shape = (n, n, n)
+    transposers = {
+        f"Transposer {label}": Transposer.slabs(comm, shape, 0, 1, before, after, transport)
+        for label, transport in (
+            ("p2p/datatype", MpiTransport("p2p", "datatype")),
+            ("neighbor/datatype", MpiTransport("neighbor", "datatype")),
+        )
+    }
+    ways |= {name: t.exchange for name, t in transposers.items()}
+    expect = np.empty_like(after)
+    mpi.Alltoallw(send, [expect, ones, zeros, recvs])
+    row = {"n": n, "ranks": mpi.size, "seconds": {}}
+    for name, run in ways.items():
+        after.fill(0)
+        run()
+        if not np.array_equal(after, expect):
+            raise SystemExit(f"rank {mpi.rank}: {name} moved other values than Alltoallw at N = {n}")
+        row["seconds"][name] = timed(mpi, run)
+    if profile and mpi.rank == 0:
+        found = cProfile.Profile()
+        found.runcall(lambda: [transposers["Transposer p2p/datatype"].exchange() for _ in range(2000)])
+        text = io.StringIO()
+        pstats.Stats(found, stream=text).sort_stats("tottime").print_stats(15)
+        print(text.getvalue(), flush=True)
+    elif profile:
+        for _ in range(2000):
+            transposers["Transposer p2p/datatype"].exchange()
+    for t in transposers.values():
+        t.close()
+    for request in p2p:
+        request.Free()
+    for t in sends + recvs:
+        t.Free()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="32,64,128")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--profile", action="store_true", help="a cProfile of the Transposer on rank 0")
+    args = parser.parse_args()
+    comm, rows = Communicator(), []
+    mpi = comm.mpi
+    for n in (int(x) for x in args.sizes.split(",")):
+        rows.append(probe(comm, n, args.profile))
+        if mpi.rank == 0:
+            times = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in rows[-1]["seconds"].items())
+            print(f"N={n}: {times} us", flush=True)
+    if mpi.rank == 0:
+        config = {"sizes": [r["n"] for r in rows], "samples": SAMPLES, "cores": len(os.sched_getaffinity(0))}
+        path = write_results(args.out, "probe-mpi-waits", machine_info(mpi.size, gpus_used=0), config, rows)
+        print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
