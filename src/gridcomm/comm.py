@@ -227,6 +227,13 @@ class Communicator:
         """The number of this communicator's ranks on this rank's node (they share its CPUs and GPUs)."""
         return self._node[1]
 
+    @property
+    def oversubscribed(self) -> bool:
+        """Whether this rank's node runs more of the communicator's ranks than the CPUs they may use (collective
+        on first use)."""
+        _, ranks, cpus = self._node
+        return ranks > cpus
+
     @functools.cached_property
     def _node(self) -> tuple[int, int, int]:
         """(rank, size) among the ranks on the same node, and how many CPUs those ranks may run on together

@@ -1,0 +1,79 @@
+"""MPI requests waited for inside MPI with a timeout (gridcomm.mpi_waits), on one rank in-process: a receive
+that nothing sends must end in the caller's timeout, and a later wait must complete it once it is sent."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from gridcomm.errors import ArgumentError
+from gridcomm.mpi_waits import WATCH_S, BlockingWait, blocking_waits_usable, host_wait_mode
+
+
+class _Late(Exception):
+    pass
+
+
+def _late(elapsed: float) -> Exception:
+    return _Late(elapsed)
+
+
+def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives():
+    comm = MPI.COMM_SELF
+    got, sent = np.zeros(4), np.arange(4.0)
+    waiting = BlockingWait()
+    try:
+        receive = comm.Recv_init(got, 0, tag=3)
+        send = comm.Send_init(sent, 0, tag=3)
+        receive.Start()
+        waiting.restart()
+        start = time.perf_counter()
+        with pytest.raises(_Late) as caught:
+            waiting.wait([receive], 0.2, _late)
+        took = time.perf_counter() - start
+        assert 0.2 <= caught.value.args[0] <= took and took >= 0.2
+        send.Start()  # the receive left outstanding now completes, in a wait with a new alarm
+        waiting.wait([receive], 30.0, _late)
+        send.Wait()
+        assert np.array_equal(got, sent)
+        for _ in range(3):  # and the next exchanges as usual
+            got[:] = 0
+            receive.Start()
+            send.Start()
+            waiting.restart()
+            waiting.wait([send, receive], 30.0, _late)
+            assert np.array_equal(got, sent)
+        receive.Free()
+        send.Free()
+    finally:
+        waiting.close()
+
+
+def test_the_alarm_rings_no_sooner_than_the_timeout():
+    comm = MPI.COMM_SELF
+    waiting = BlockingWait()
+    try:
+        receive = comm.Irecv(np.zeros(1), 0, tag=4)
+        waiting.restart()
+        start = time.perf_counter()
+        with pytest.raises(_Late):
+            waiting.wait([receive], 5 * WATCH_S, _late)
+        assert time.perf_counter() - start >= 5 * WATCH_S
+        receive.Cancel()
+        receive.Wait()
+    finally:
+        waiting.close()
+
+
+def test_host_wait_mode_is_checked(monkeypatch):
+    monkeypatch.setenv("GRIDCOMM_HOST_WAIT", "spin")
+    with pytest.raises(ArgumentError, match="GRIDCOMM_HOST_WAIT='spin'"):
+        host_wait_mode()
+    monkeypatch.setenv("GRIDCOMM_HOST_WAIT", "poll")
+    assert host_wait_mode() == "poll" and not blocking_waits_usable(oversubscribed=False)
+    monkeypatch.delenv("GRIDCOMM_HOST_WAIT")
+    assert not blocking_waits_usable(oversubscribed=True)
+    assert blocking_waits_usable(oversubscribed=False) == (MPI.Query_thread() == MPI.THREAD_MULTIPLE)
