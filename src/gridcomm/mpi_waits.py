@@ -42,7 +42,8 @@ def host_wait_mode() -> str:
 
 def blocking_waits_usable(oversubscribed: bool) -> bool:
     """Whether MPI's own wait may be used here: ``GRIDCOMM_HOST_WAIT`` allows it, MPI runs with
-    ``MPI_THREAD_MULTIPLE`` and the node's ranks have a CPU each (``oversubscribed`` False)."""
+    ``MPI_THREAD_MULTIPLE`` and the node's ranks have a CPU each (``oversubscribed`` False; the channels pass
+    True where that is not known)."""
     from mpi4py import MPI
 
     return host_wait_mode() == "block" and not oversubscribed and MPI.Query_thread() == MPI.THREAD_MULTIPLE

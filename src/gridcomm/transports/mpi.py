@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from ..comm import Communicator
+from ..comm import Communicator, node_oversubscribed
 from ..errors import ArgumentError, GridcommTimeout
 from ..mpi_waits import BlockingWait, blocking_waits_usable
 from ..mpilib import mpi_cuda_aware, mpi_library_version
@@ -83,7 +83,7 @@ class _P2PChannel(Channel):
         self._recv_peers = [m.peer for m in layout.recvs]
         self._send_peers = [m.peer for m in layout.sends]
         self._all = self._recvs + self._sends
-        self._blocking = BlockingWait() if blocking_waits_usable(comm.oversubscribed) else None
+        self._blocking = BlockingWait() if blocking_waits_usable(node_oversubscribed() is not False) else None
 
     def start(self, stream: Any = None) -> None:
         if stream is not None:
@@ -161,7 +161,7 @@ class _NeighborChannel(Channel):
                 self._persistent = False
         if not self._persistent:
             self._request = MPI.REQUEST_NULL
-        self._blocking = BlockingWait() if blocking_waits_usable(comm.oversubscribed) else None
+        self._blocking = BlockingWait() if blocking_waits_usable(node_oversubscribed() is not False) else None
 
     @staticmethod
     def _absolute(message: Any) -> Any:
