@@ -21,7 +21,6 @@ import atexit
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -124,7 +123,8 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._waits: weakref.WeakSet[BlockingWait] = weakref.WeakSet()
+        # Held until closed, so that at exit the alarms of channels never closed are freed too.
+        self._waits: set[BlockingWait] = set()
         self._thread: threading.Thread | None = None
 
     def watch(self, wait: BlockingWait) -> None:
