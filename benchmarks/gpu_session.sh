@@ -90,8 +90,8 @@ sys.exit(run_under_mpiexec(4, [sys.executable, 'tests/mpi_programs/stencil2d_ran
         stage bench-stencil2d-shmem 300 $py -m gridcomm bench stencil2d --np "$ngpu" --samples 5 \
           --modes overlapped,graph,nvshmem,persistent --out "$dir/results"
         ;;
-      tune-persistent)  # every GPU: the persistent stencil kernel's block shapes and tile walks (after nvshmem-setup);
-        # TUNE_PERSISTENT: tune_persistent.py's options instead of its defaults
+      tune-persistent)  # every GPU: the persistent stencil kernel's builds and block shapes (after nvshmem-setup);
+        # TUNE_PERSISTENT: tune_persistent.py's options instead of its defaults (--profile: where a step goes)
         stage tune-persistent 400 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
 sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_persistent.py', '--out', '$dir/results', \
 *'${TUNE_PERSISTENT:-}'.split()]))"
