@@ -26,7 +26,6 @@ import cProfile
 import io
 import os
 import pstats
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,12 +35,13 @@ from mpi4py import MPI
 from gridcomm.comm import Communicator
 from gridcomm.lab.bench.results import write_results
 from gridcomm.lab.measure.machine import machine_info
+from gridcomm.lab.measure.timing import time_collective
 from gridcomm.transports import MpiTransport
 from gridcomm.transpose import Transposer
 from gridcomm.waiting import poll_until
 
 SAMPLES = 7
-MIN_SAMPLE_S = 0.05
+MIN_SAMPLE_S = 0.05  # seconds of calls in each sample
 
 
 def slab_types(n: int, ranks: int, rank: int) -> tuple[np.ndarray, np.ndarray, list, list]:
@@ -58,24 +58,6 @@ def slab_types(n: int, ranks: int, rank: int) -> tuple[np.ndarray, np.ndarray, l
     for t in sends + recvs:
         t.Commit()
     return before, after, sends, recvs
-
-
-def timed(comm: MPI.Comm, run: Callable[[], None]) -> float:
-    """Median over SAMPLES of the slowest rank's mean seconds per call, batches sized to MIN_SAMPLE_S."""
-    for _ in range(5):
-        run()
-    comm.Barrier()
-    start = time.perf_counter()
-    run()
-    calls = comm.allreduce(max(1, int(MIN_SAMPLE_S / max(time.perf_counter() - start, 1e-7))), op=MPI.MAX)
-    samples = []
-    for _ in range(SAMPLES):
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        samples.append(comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX))
-    return float(np.median(samples))
 
 
 def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
@@ -145,7 +127,7 @@ def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
         run()
         if not np.array_equal(after, expect):
             raise SystemExit(f"rank {mpi.rank}: {name} moved other values than Alltoallw at N = {n}")
-        row["seconds"][name] = timed(mpi, run)
+        row["seconds"][name] = time_collective(mpi, run, samples=SAMPLES, min_sample_s=MIN_SAMPLE_S).median
     if profile and mpi.rank == 0:
         found = cProfile.Profile()
         found.runcall(lambda: [transposers["Transposer p2p/datatype"].exchange() for _ in range(2000)])

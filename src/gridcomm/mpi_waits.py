@@ -12,7 +12,7 @@ which wakes ``MPI_Waitsome``; the caller then raises the timeout as a poll would
 This needs an MPI that lets another thread complete a request during a blocking wait (``MPI_THREAD_MULTIPLE``,
 which mpi4py asks for) and a core per rank: a blocking wait does not yield the core, so ranks oversubscribed on
 fewer cores would take turns slowly. Elsewhere, or with ``GRIDCOMM_HOST_WAIT=poll``, channels poll
-(``waiting.poll_until``).
+(``waiting.poll_until``), one request per turn. ``RequestWait`` is what a channel holds: the one or the other.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .comm import node_oversubscribed
 from .errors import ArgumentError
+from .waiting import poll_until
 
 #: Seconds between the watchdog's looks at the waits in progress: how late after its timeout a silent peer is
 #: reported (timeouts are seconds; default 60).
@@ -114,6 +116,43 @@ class BlockingWait:
 
         if self._alarm != MPI.REQUEST_NULL:
             self._alarm.Wait()
+
+
+class RequestWait:
+    """How a channel waits for its MPI requests: inside MPI (BlockingWait) where that can be used here (the node
+    not oversubscribed, as the job's first communicator found; unknown counts as oversubscribed), else polled one
+    request per turn, the last unfinished: each test drives MPI's progress as Testall does, at a fraction of its
+    cost over many requests (16 ranks, CUDA-aware Open MPI 4.1: 51.1 µs per transposition against 75.2 with
+    Testall over 2 x 15 requests; probe-mpi-waits-cpu-16r-20261127T024440Z). ``close()`` it with the channel."""
+
+    def __init__(self) -> None:
+        usable = blocking_waits_usable(node_oversubscribed() is not False)
+        self._blocking: BlockingWait | None = BlockingWait() if usable else None
+
+    def restart(self) -> None:
+        """The channel started its requests anew."""
+        if self._blocking is not None:
+            self._blocking.restart()
+
+    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: Callable[[float], Exception]) -> None:
+        """Until every request of ``requests`` is complete; after ``timeout`` seconds raise
+        ``on_timeout(elapsed)``."""
+        if self._blocking is not None:
+            self._blocking.wait(requests, timeout, on_timeout)
+            return
+        left = list(requests)
+
+        def done() -> bool:
+            while left and left[-1].Test():
+                left.pop()
+            return not left
+
+        poll_until(done, timeout, on_timeout)
+
+    def close(self) -> None:
+        if self._blocking is not None:
+            self._blocking.close()
+            self._blocking = None
 
 
 class _Watchdog:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from ..comm import Communicator, node_oversubscribed
+from ..comm import Communicator
 from ..errors import ArgumentError, GridcommTimeout
-from ..mpi_waits import BlockingWait, blocking_waits_usable
+from ..mpi_waits import RequestWait
 from ..mpilib import mpi_cuda_aware, mpi_library_version
-from .base import Channel, PackerKind, Transport, poll_until
+from .base import Channel, PackerKind, Transport
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,13 @@ class _P2PChannel(Channel):
         self._recv_peers = [m.peer for m in layout.recvs]
         self._send_peers = [m.peer for m in layout.sends]
         self._all = self._recvs + self._sends
-        self._blocking = BlockingWait() if blocking_waits_usable(node_oversubscribed() is not False) else None
+        self._waiting = RequestWait()
 
     def start(self, stream: Any = None) -> None:
         if stream is not None:
             stream.synchronize()  # the packed data must be in memory before MPI reads it
         self._startall(self._all)
-        if self._blocking is not None:
-            self._blocking.restart()
+        self._waiting.restart()
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         if self._testall(self._all):  # done already: no closures made
@@ -103,28 +102,13 @@ class _P2PChannel(Channel):
                 silent = sorted({p for r, p in zip(self._sends, self._send_peers, strict=True) if not r.Test()})
             return _timeout(self._comm, operation, silent, elapsed)
 
-        if self._blocking is not None:  # inside MPI (mpi_waits)
-            self._blocking.wait(self._all, timeout, silent_peers)
-            return
-        # Polled: one request tested per turn, the last unfinished (sends, then receives): each test drives MPI's
-        # progress as Testall does, at a fraction of its cost over 2 x 15 peers (16 ranks, CUDA-aware Open MPI
-        # 4.1: 51.1 µs per transposition against 75.2 with Testall; probe-mpi-waits-cpu-16r-20261127T024440Z).
-        left = list(self._all)
-
-        def done() -> bool:
-            while left and left[-1].Test():
-                left.pop()
-            return not left
-
-        poll_until(done, timeout, silent_peers)
+        self._waiting.wait(self._all, timeout, silent_peers)  # sends first, then receives
 
     def close(self) -> None:
         for request in self._all:
             request.Free()
         self._all, self._recvs, self._sends = [], [], []
-        if self._blocking is not None:
-            self._blocking.close()
-            self._blocking = None
+        self._waiting.close()
 
 
 class _NeighborChannel(Channel):
@@ -161,7 +145,7 @@ class _NeighborChannel(Channel):
                 self._persistent = False
         if not self._persistent:
             self._request = MPI.REQUEST_NULL
-        self._blocking = BlockingWait() if blocking_waits_usable(node_oversubscribed() is not False) else None
+        self._waiting = RequestWait()
 
     @staticmethod
     def _absolute(message: Any) -> Any:
@@ -179,23 +163,17 @@ class _NeighborChannel(Channel):
             self._request.Start()
         else:
             self._request = self._graph.Ineighbor_alltoallw(*self._messages)
-        if self._blocking is not None:
-            self._blocking.restart()
+        self._waiting.restart()
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
         def silent_peers(elapsed: float) -> GridcommTimeout:
             return _timeout(self._comm, operation, sorted(set(self._sources)), elapsed)
 
-        if self._blocking is not None:  # inside MPI (mpi_waits)
-            self._blocking.wait([self._request], timeout, silent_peers)
-        else:
-            poll_until(self._request.Test, timeout, silent_peers)
+        self._waiting.wait([self._request], timeout, silent_peers)
 
     def close(self) -> None:
-        if self._blocking is not None:
-            self._blocking.close()
-            self._blocking = None
+        self._waiting.close()
         if self._persistent:
             self._request.Free()
         for datatype in self._types:

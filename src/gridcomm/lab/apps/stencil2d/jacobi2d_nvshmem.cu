@@ -406,7 +406,7 @@ __device__ __forceinline__ void update_tile_point(const T* __restrict__ u, T* __
 // the hardware hands out the blocks of an ordinary launch: the tiles in flight are neighbours in memory, the
 // warps of a block stay on one tile, and no block ends its step long after the others. In the fixed order, at
 // n = 8192 on 4 x H100, the blocks' warps drifted apart over the step, the tiles took 500-530 us against the
-// no-exchange step's 455 and the slowest block 20-40 us longer than the mean (tune_persistent.py --profile,
+// no-exchange step's 455 and the slowest block 20-30 us longer than the mean (tune_persistent.py --profile,
 // tune-persistent-gpu-4r-20261127T022534Z); from the counter: 448 us, every block within 1.5 us
 // (tune-persistent-gpu-4r-20261127T022926Z). The leader asks for the block's next tile while the block updates
 // this one, so the atomic's round trip to L2 is hidden; one block barrier per tile hands the answer over.
@@ -463,7 +463,7 @@ __device__ void persistent(T* a, T* b, Line<T>* lines, const long long* plan, ui
     const int tiles_down = (row1 - row0 + static_cast<int>(blockDim.y) - 1) / static_cast<int>(blockDim.y);
     const int tiles = row1 > row0 && col1 > col0 ? tiles_down * tiles_across : 0;
     // The edge points go a warp's worth to each block in turn, so that no block has both its share of the tiles
-    // and a whole edge (the grid's first blocks had all of them: 1.3x slower at n = 1024).
+    // and a whole edge (the grid's first blocks had all of them: 1.1-1.25x slower at n = 1024).
     const int in_block = threadIdx.y * blockDim.x + threadIdx.x;
     const int threads = gridDim.x * blockDim.y * blockDim.x;  // blocks of whole warps (PERSISTENT_BLOCK)
     const int thread = ((in_block / 32) * gridDim.x + blockIdx.x) * 32 + in_block % 32;
