@@ -449,8 +449,8 @@ def predict(inputs: Inputs, gpu_counts: Sequence[int] = GPU_COUNTS, halo_per_sqr
     out: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
     for nbytes in ALLTOALL_SIZES:
         out["alltoall"][case_name("alltoall", nbytes)] = {p: alltoall_s(m, p, nbytes) for p in gpu_counts}
+    kernel_s = inputs.stencil_kernel_s()
     for n, t in sorted(inputs.stencil_1gpu_s.items()):
-        kernel_s = inputs.stencil_kernel_s()
         out["stencil2d"][case_name("stencil2d", n)] = {p: stencil2d_s(m, p, n, t, kernel_s) for p in gpu_counts}
     if inputs.mpdata_1gpu_s:
         halo = halo_per_sqrt if halo_per_sqrt is not None else halo_coefficient()
