@@ -302,7 +302,8 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/transposition_sha
           --steps 20 --out "$dir/results"  # 20 steps: 1.6 s, long enough for the energy counter
         ;;
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
-      bench-stencil2d) stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" --out "$dir/results" ;;
+      bench-stencil2d)  # STENCIL_ARGS: more options (e.g. --sizes 64,1024 --modes traditional,graph)
+        stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" ${STENCIL_ARGS:-} --out "$dir/results" ;;
       bench-stencil2d1) stage bench-stencil2d1 100 $py -m gridcomm bench stencil2d --np 1 --out "$dir/results" ;;
       faults)  # a rank killed or silent mid-run on 2 GPUs, over nccl, ipc and staged: the job must end
         stage faults 300 $py -m pytest -m gpu -q -rs --timeout=280 -p no:cacheprovider tests/test_reliability.py

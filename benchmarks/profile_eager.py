@@ -16,6 +16,7 @@ import io
 import json
 import pstats
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import cupy
@@ -39,6 +40,32 @@ def _host_times(ex: gridcomm.HaloExchanger, n: int) -> tuple[float, float, float
         handle.wait()
         waits[i], starts[i] = time.perf_counter() - t1, t1 - t0
     return float(np.median(starts)), float(np.median(waits)), (time.perf_counter() - began) / n
+
+
+def _mean_call_s(call: Callable[[], object], n: int) -> float:
+    """Mean host seconds of ``call()`` over ``n`` calls (after as many to warm up)."""
+    for _ in range(n):
+        call()
+    began = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - began) / n
+
+
+def _replay_parts(ex: gridcomm.HaloExchanger, n: int) -> dict[str, float]:
+    """Host seconds of the calls a replayed exchange makes, each alone: what ``start()`` adds to them is Python.
+
+    Every rank makes the same calls, so the exchanger's graph launched bare still meets its peers' launches."""
+    stream = cupy.cuda.get_current_stream()
+    graph = ex._replayed[1]._graph
+    parts = {
+        "get_current_stream": _mean_call_s(cupy.cuda.get_current_stream, n),
+        "is_capturing": _mean_call_s(stream.is_capturing, n),
+        "graph_launch": _mean_call_s(lambda: graph.launch(stream), n),
+        "start_wait": _mean_call_s(lambda: ex.start(stream).wait(), n),
+    }
+    stream.synchronize()
+    return parts
 
 
 def _profile(ex: gridcomm.HaloExchanger, n: int) -> str:
@@ -76,6 +103,14 @@ def main() -> None:
                                      "per_exchange_s": e})  # fmt: skip
                         print(f"{transport:5} {'replayed' if replay else 'enqueued':9} start {s * 1e6:6.1f} µs  "
                               f"wait {w * 1e6:6.1f} µs  per exchange {e * 1e6:6.1f} µs", flush=True)  # fmt: skip
+                    if replay:
+                        parts = _replay_parts(ex, EXCHANGES)
+                        every = world.gather(parts, root=0)
+                        if world.rank == 0:
+                            medians = {k: float(np.median([p[k] for p in every])) for k in parts}
+                            rows[-1]["replay_parts_s"] = medians
+                            print("      alone: " + "  ".join(f"{k} {v * 1e6:.2f} µs" for k, v in medians.items()),
+                                  flush=True)  # fmt: skip
                 ex.replay = False
                 text = _profile(ex, 1000)
                 if world.rank == 0:

@@ -1,5 +1,6 @@
 """MPI requests waited for inside MPI with a timeout (gridcomm.mpi_waits), on one rank in-process: a receive
-that nothing sends must end in the caller's timeout, and a later wait must complete it once it is sent."""
+that nothing sends must end in the caller's timeout (waited for with the alarm, or in MPI_Waitall ended by
+cancelling it), and a later wait must complete it once it is sent."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ class _Late(Exception):
     pass
 
 
-def _late(elapsed: float) -> Exception:
-    return _Late(elapsed)
+def _late(elapsed: float, outstanding) -> Exception:
+    return _Late(elapsed, list(outstanding))
 
 
-def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives():
+@pytest.mark.parametrize("receives", [0, 1])
+def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(receives):
+    """receives=0: the receive waited for beside the alarm; 1: in MPI_Waitall, which the watchdog ends by
+    cancelling it (the next wait starts it again)."""
     comm = MPI.COMM_SELF
     got, sent = np.zeros(4), np.arange(4.0)
     waiting = BlockingWait()
@@ -32,11 +36,12 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives():
         waiting.restart()
         start = time.perf_counter()
         with pytest.raises(_Late) as caught:
-            waiting.wait([receive], 0.2, _late)
+            waiting.wait([receive], 0.2, _late, receives)
         took = time.perf_counter() - start
         assert 0.2 <= caught.value.args[0] <= took and took >= 0.2
+        assert caught.value.args[1] == [0]  # the receive is what is outstanding
         send.Start()  # the receive left outstanding now completes, in a wait with a new alarm
-        waiting.wait([receive], 30.0, _late)
+        waiting.wait([receive], 30.0, _late, receives)
         send.Wait()
         assert np.array_equal(got, sent)
         for _ in range(3):  # and the next exchanges as usual
@@ -44,7 +49,7 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives():
             receive.Start()
             send.Start()
             waiting.restart()
-            waiting.wait([send, receive], 30.0, _late)
+            waiting.wait([receive, send], 30.0, _late, receives)
             assert np.array_equal(got, sent)
         receive.Free()
         send.Free()

@@ -1,18 +1,25 @@
 """MPI requests waited for inside MPI, with a timeout all the same.
 
-A blocking ``MPI_Waitsome`` lets MPI drive its progress engine in C, as fast as it can; polling from Python
-calls it at most every microsecond or two. On 16 ranks of a 64-core host with a CUDA-aware Open MPI 4.1.4, 30
-persistent sends and receives of a small transposition completed in 34.5 µs under ``MPI_Waitall`` against
-45.6 µs tested one at a time from Python and 73.4 µs with ``Testall`` (benchmarks/probe_mpi_waits.py,
-``probe-mpi-waits-cpu-16r-20261127T024616Z``). A blocking wait never returns if a peer is silent, so each
-waiting channel keeps an *alarm*: an MPI generalized request that nothing else completes, waited for together
-with the real requests. A watchdog thread completes the alarm of a wait that has lasted longer than its timeout,
-which wakes ``MPI_Waitsome``; the caller then raises the timeout as a poll would.
+A blocking MPI wait lets MPI drive its progress engine in C, as fast as it can; polling from Python calls it at
+most every microsecond or two. On 16 ranks of a 64-core host with a CUDA-aware Open MPI 4.1.4, 30 persistent
+sends and receives of a small transposition completed in 34.5 µs under ``MPI_Waitall`` against 45.6 µs tested
+one at a time from Python and 73.4 µs with ``Testall`` (benchmarks/probe_mpi_waits.py,
+``probe-mpi-waits-cpu-16r-20261127T024616Z``). A blocking wait never returns if a peer is silent, so a watchdog
+thread ends a wait that has lasted longer than its timeout:
 
-This needs an MPI that lets another thread complete a request during a blocking wait (``MPI_THREAD_MULTIPLE``,
-which mpi4py asks for) and a core per rank: a blocking wait does not yield the core, so ranks oversubscribed on
-fewer cores would take turns slowly. Elsewhere, or with ``GRIDCOMM_HOST_WAIT=poll``, channels poll
-(``waiting.poll_until``), one request per turn. ``RequestWait`` is what a channel holds: the one or the other.
+* the receives are waited for in one ``MPI_Waitall``; the watchdog cancels those still pending (a receive
+  that has not matched can always be cancelled), which ends the Waitall, and they are posted again at once.
+* what is left (sends, a collective) in ``MPI_Waitsome`` together with an *alarm*, an MPI generalized request
+  that nothing but the watchdog completes. ``MPI_Waitsome`` returns as requests trickle in (22 times over 30
+  requests, 3-4 µs of Python each: 189 µs per transposition against 110 for ``MPI_Waitall`` at 16 ranks,
+  ``probe-mpi-waits-cpu-16r-20261127T042615Z``), which is why the receives are not waited for so; by the time
+  they are in, the sends are nearly always done.
+
+This needs an MPI that lets another thread cancel or complete a request during a blocking wait
+(``MPI_THREAD_MULTIPLE``, which mpi4py asks for) and a core per rank: a blocking wait does not yield the core, so
+ranks oversubscribed on fewer cores would take turns slowly. Elsewhere, or with ``GRIDCOMM_HOST_WAIT=poll``,
+channels poll (``waiting.poll_until``), one request per turn. ``RequestWait`` is what a channel holds: the one
+or the other.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from .waiting import poll_until
 #: Seconds between the watchdog's looks at the waits in progress: how late after its timeout a silent peer is
 #: reported (timeouts are seconds; default 60).
 WATCH_S = 0.01
+
+#: ``on_timeout(elapsed, outstanding)``: the exception for a wait that gave up after ``elapsed`` seconds, with the
+#: indices of the requests not complete.
+OnTimeout = Callable[[float, Sequence[int]], Exception]
 
 
 def host_wait_mode() -> str:
@@ -57,12 +68,16 @@ class BlockingWait:
     def __init__(self) -> None:
         from mpi4py import MPI
 
-        self._waitsome = MPI.Request.Waitsome
+        self._mpi = MPI
+        self._waitall, self._waitsome, self._testsome = MPI.Request.Waitall, MPI.Request.Waitsome, MPI.Request.Testsome
         self._alarm = MPI.Grequest.Start()
+        self._alarm_rang = False  # the watchdog completed the alarm: the next wait needs a new one
         self._deadline: float | None = None  # time.perf_counter() seconds, while a wait is on
-        self._rang = False  # the watchdog completed the alarm
+        self._late = False  # the watchdog found the wait in progress past its deadline
+        self._receiving: Sequence[Any] = ()  # the receives in MPI_Waitall now, which the watchdog cancels when late
+        self._statuses: list[Any] = []
         # The requests (by index) not yet complete when the last wait gave up: those completed before are
-        # inactive (persistent) or null, and MPI_Waitsome never reports them again.
+        # inactive (persistent) or null, and MPI never reports them again.
         self._outstanding: set[int] | None = None
         _WATCHDOG.watch(self)
 
@@ -70,51 +85,92 @@ class BlockingWait:
         """A new set of requests was started: forget what a wait that gave up left outstanding."""
         self._outstanding = None
 
-    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: Callable[[float], Exception]) -> None:
+    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: OnTimeout, receives: int = 0) -> None:
         """Until every request of ``requests`` is complete; after ``timeout`` seconds raise
-        ``on_timeout(elapsed)`` (a later call with the same requests waits for those still outstanding)."""
+        ``on_timeout(elapsed, outstanding)`` (a later call with the same requests waits for those still
+        outstanding). The first ``receives`` requests are persistent receives, which may be cancelled and started
+        again."""
         start = time.perf_counter()
         with _WATCHDOG.lock:
-            self._deadline = start + timeout
-        pending = [*requests, self._alarm]
-        alarm = len(requests)
-        left = set(range(alarm)) if self._outstanding is None else self._outstanding
+            self._deadline, self._late = start + timeout, False
         try:
-            while left:
-                done = self._waitsome(pending) or ()
-                left = left.difference(done)
-                if alarm in done:
-                    break
+            if self._outstanding is None:
+                left = self._receive(requests[:receives])
+                rest = requests[receives:]
+                done = (self._testsome(rest) or ()) if rest else ()
+                left |= set(range(receives, len(requests))).difference(receives + i for i in done)
+            else:  # after a wait that gave up
+                left = self._outstanding
+            if left and not self._late:
+                left = self._wait_some(requests, left)
         finally:
             with _WATCHDOG.lock:
                 self._deadline = None
-                rang = self._rang
-        if rang:  # a new alarm for the next wait; this one is freed (by Waitsome, or here if it rang too late)
-            from mpi4py import MPI
-
-            if self._alarm != MPI.REQUEST_NULL:
+        if self._alarm_rang:  # a new alarm for the next wait; this one is freed (by Waitsome, or here)
+            if self._alarm != self._mpi.REQUEST_NULL:
                 self._alarm.Wait()
-            self._alarm, self._rang = MPI.Grequest.Start(), False
+            self._alarm, self._alarm_rang = self._mpi.Grequest.Start(), False
         self._outstanding = left or None
         if left:
-            raise on_timeout(time.perf_counter() - start)
+            raise on_timeout(time.perf_counter() - start, sorted(left))
+
+    def _receive(self, receives: Sequence[Any]) -> set[int]:
+        """Wait for ``receives`` in one MPI_Waitall; the indices of those the watchdog cancelled, which are
+        posted again (active, as they were: a test of the channel's requests must not find them complete)."""
+        if not receives:
+            return set()
+        if len(self._statuses) != len(receives):
+            self._statuses = [self._mpi.Status() for _ in receives]
+        with _WATCHDOG.lock:
+            late = self._late
+            if not late:
+                self._receiving = receives
+        if late:  # past the deadline already (a timeout shorter than the watchdog's look): test, do not block
+            done = self._testsome(receives) or ()
+            return set(range(len(receives))).difference(done)
+        try:
+            self._waitall(receives, self._statuses)
+        finally:
+            with _WATCHDOG.lock:
+                self._receiving = ()
+        cancelled = {i for i, status in enumerate(self._statuses) if status.Is_cancelled()} if self._late else set()
+        for i in cancelled:
+            receives[i].Start()
+        return cancelled
+
+    def _wait_some(self, requests: Sequence[Any], left: set[int]) -> set[int]:
+        """MPI_Waitsome over ``requests`` and the alarm until those of ``left`` are complete or the alarm rings;
+        what is left."""
+        pending = [*requests, self._alarm]
+        alarm = len(requests)
+        while left:
+            done = self._waitsome(pending) or ()
+            left = left.difference(done)
+            if alarm in done:
+                break
+        return left
 
     def ring(self, now: float) -> None:
-        """The watchdog's look (its lock held): complete the alarm of a wait past its deadline."""
-        if self._deadline is not None and now > self._deadline and not self._rang:
-            self._rang = True
+        """The watchdog's look (its lock held): end a wait past its deadline, by cancelling the receives it
+        waits for or by completing its alarm."""
+        if self._deadline is None or now <= self._deadline or self._late:
+            return
+        self._late = True
+        if self._receiving:
+            for request in self._receiving:
+                request.Cancel()  # no effect on one complete already
+        elif not self._alarm_rang:
+            self._alarm_rang = True
             self._alarm.Complete()
 
     def close(self) -> None:
         """Complete and free the alarm (nothing may be waiting on it)."""
         with _WATCHDOG.lock:
             _WATCHDOG.forget(self)
-            if not self._rang:
-                self._rang = True
+            if not self._alarm_rang:
+                self._alarm_rang = True
                 self._alarm.Complete()
-        from mpi4py import MPI
-
-        if self._alarm != MPI.REQUEST_NULL:
+        if self._alarm != self._mpi.REQUEST_NULL:
             self._alarm.Wait()
 
 
@@ -134,11 +190,12 @@ class RequestWait:
         if self._blocking is not None:
             self._blocking.restart()
 
-    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: Callable[[float], Exception]) -> None:
+    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: OnTimeout, receives: int = 0) -> None:
         """Until every request of ``requests`` is complete; after ``timeout`` seconds raise
-        ``on_timeout(elapsed)``."""
+        ``on_timeout(elapsed, outstanding)``, ``outstanding`` the indices of those not complete. The first
+        ``receives`` are persistent receives (which a blocking wait may cancel and start again)."""
         if self._blocking is not None:
-            self._blocking.wait(requests, timeout, on_timeout)
+            self._blocking.wait(requests, timeout, on_timeout, receives)
             return
         left = list(requests)
 
@@ -147,7 +204,10 @@ class RequestWait:
                 left.pop()
             return not left
 
-        poll_until(done, timeout, on_timeout)
+        def gave_up(elapsed: float) -> Exception:  # those left behind the last one tested may be complete
+            return on_timeout(elapsed, [i for i, request in enumerate(left) if not request.Test()])
+
+        poll_until(done, timeout, gave_up)
 
     def close(self) -> None:
         if self._blocking is not None:

@@ -6,6 +6,7 @@ starts them and tests them: no Python objects or MPI requests are created per ex
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -94,15 +95,16 @@ class _P2PChannel(Channel):
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         if self._testall(self._all):  # done already: no closures made
             return
+        receives = len(self._recvs)
 
-        def silent_peers(elapsed: float) -> GridcommTimeout:
+        def silent_peers(elapsed: float, outstanding: Sequence[int]) -> GridcommTimeout:
             # Receives not arrived name the silent peers; unfinished sends only if every receive is in.
-            silent = sorted({p for r, p in zip(self._recvs, self._recv_peers, strict=True) if not r.Test()})
+            silent = sorted({self._recv_peers[i] for i in outstanding if i < receives})
             if not silent:
-                silent = sorted({p for r, p in zip(self._sends, self._send_peers, strict=True) if not r.Test()})
+                silent = sorted({self._send_peers[i - receives] for i in outstanding if i >= receives})
             return _timeout(self._comm, operation, silent, elapsed)
 
-        self._waiting.wait(self._all, timeout, silent_peers)  # sends first, then receives
+        self._waiting.wait(self._all, timeout, silent_peers, receives)
 
     def close(self) -> None:
         for request in self._all:
@@ -167,7 +169,7 @@ class _NeighborChannel(Channel):
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
-        def silent_peers(elapsed: float) -> GridcommTimeout:
+        def silent_peers(elapsed: float, outstanding: Sequence[int]) -> GridcommTimeout:
             return _timeout(self._comm, operation, sorted(set(self._sources)), elapsed)
 
         self._waiting.wait([self._request], timeout, silent_peers)
