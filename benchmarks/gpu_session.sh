@@ -27,6 +27,9 @@ fi
 py=python3
 summary=()
 groups=()
+# MPI's own waits, ended at their timeout by cancelling receives or by an alarm (gridcomm.mpi_waits), in-process and
+# on 2 ranks with one silent
+host_waits_tests=($py -m pytest -q -rs -p no:cacheprovider tests/test_mpi_waits.py tests/test_mpi.py -k "timeout or wait")
 
 stage() {  # stage NAME TIMEOUT_S COMMAND...: run, log, note the status
   local name=$1 limit=$2
@@ -142,6 +145,7 @@ $py -c 'import ghex; print(\"ghex\", ghex.__config__)'"
           [ "${CUDA_MPI_TESTS_K:-}" = none ] || OMPI_MCA_btl_smcuda_use_cuda_ipc=0 \
             stage cuda-mpi-tests 420 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \
             tests/test_gpu.py -k "${CUDA_MPI_TESTS_K:-suite or mpi}"
+          [ "${CUDA_MPI_HOST_WAITS:-}" != 1 ] || stage cuda-mpi-host-waits 200 "${host_waits_tests[@]}"
           benches=" ${CUDA_MPI_BENCHES:-p2p alltoall halo} "
           [[ $benches != *" p2p "* ]] || stage cuda-mpi-p2p 200 $py -m gridcomm bench p2p --np 2 --out "$dir/results"
           [[ $benches != *" alltoall "* ]] ||
@@ -172,6 +176,9 @@ from mpi4py import MPI; print(MPI.Get_library_version())'; which mpirun mpiexec;
 $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -m gridcomm info; \
 [ $ngpu -lt 2 ] || GRIDCOMM_RANKS_PER_NODE=$((ngpu / 2)) mpirun --allow-run-as-root --oversubscribe -np $ngpu \
 -x GRIDCOMM_RANKS_PER_NODE $py -m gridcomm info"
+        ;;
+      tests-host-waits)  # the host waits' timeouts on this machine's MPI (in cuda-mpi: CUDA_MPI_HOST_WAITS=1)
+        stage tests-host-waits 200 "${host_waits_tests[@]}"
         ;;
       tests-transpose)  # the Transposer's suites on the GPU only
         stage tests-transpose 400 $py -m pytest -m gpu -q -rs --timeout=300 --durations=10 -p no:cacheprovider \

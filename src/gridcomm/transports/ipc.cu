@@ -77,40 +77,65 @@ COPY_KERNEL gridcomm_ipc_exchange(
 // The copy-engine variant (IpcTransport(method="copy-engine")): the same flags and epoch, but the data moves by
 // cudaMemcpy2DAsync on one stream per destination, issued in the order destination = (rank + i) mod size,
 // and these small kernels do the signalling around the copies (one thread each):
-//   open   (exchange stream)        CLEAR = e at every source;
-//   ready  (the destination's stream) wait until that destination has cleared e; on a timeout mark this
-//                                    copy abandoned (the copy engines cannot be told to skip it);
-//   sent   (the destination's stream) after the copies: DATA = e there, or -e when abandoned;
-//   close  (exchange stream, after every destination's stream has joined it) wait for DATA = e from every
-//                                    source, then advance the epoch.
-extern "C" __global__ void gridcomm_ipc_open(const long long* epoch, long long* const* peer_flags,
-                                             const int* sources, int nsrc, int rank) {
-    const long long e = *epoch + 1;
-    for (int k = threadIdx.x; k < nsrc; k += blockDim.x) {
+//   open   CLEAR = e at every source;
+//   ready  wait until the lane's destination has cleared e; on a timeout mark this copy abandoned (the copy
+//          engines cannot be told to skip it);
+//   sent   after the lane's copies: DATA = e at its destination, or -e when abandoned;
+//   close  (after every lane has joined) wait for DATA = e from every source, then advance the epoch.
+// The first destination's copies run on the exchange stream itself, its ready and sent merged with open and close
+// (gridcomm_ipc_open_ready, gridcomm_ipc_sent_close): with one peer an exchange is two kernels and the copies, no
+// stream fork or join (each kernel boundary and event hop is a few µs of a 128 MiB exchange's ~350). The other
+// destinations' lanes run gridcomm_ipc_ready and gridcomm_ipc_sent on streams of their own. `npeer` 0: no
+// destination (open or close alone).
+__device__ __forceinline__ void open_sources(long long e, long long* const* peer_flags, const int* sources, int nsrc,
+                                             int rank) {
+    for (int k = 0; k < nsrc; ++k) {
         volatile long long* flags = peer_flags[sources[k]];
         flags[rank] = e;
     }
 }
 
-extern "C" __global__ void gridcomm_ipc_ready(const long long* epoch, const long long* own_flags, const int* peer,
-                                              unsigned int* abandoned, unsigned long long limit_ns,
-                                              volatile long long* error) {
-    if (!wait_all(own_flags, peer, 1, 0, *epoch + 1, limit_ns, error, WAIT_CLEAR)) *abandoned = 1u;
+__device__ __forceinline__ void wait_ready(long long e, const long long* own_flags, const int* peer,
+                                           unsigned int* abandoned, unsigned long long limit_ns,
+                                           volatile long long* error) {
+    if (!wait_all(own_flags, peer, 1, 0, e, limit_ns, error, WAIT_CLEAR)) *abandoned = 1u;
 }
 
-extern "C" __global__ void gridcomm_ipc_sent(const long long* epoch, long long* const* peer_flags, const int* peer,
-                                             unsigned int* abandoned, int rank, int size) {
-    const long long e = *epoch + 1;
+__device__ __forceinline__ void mark_sent(long long e, long long* const* peer_flags, const int* peer,
+                                          unsigned int* abandoned, int rank, int size) {
     __threadfence_system();
     volatile long long* flags = peer_flags[*peer];
     flags[size + rank] = *abandoned ? -e : e;
     *abandoned = 0u;
 }
 
-extern "C" __global__ void gridcomm_ipc_close(long long* epoch, const long long* own_flags, const int* sources,
-                                              int nsrc, int size, unsigned long long limit_ns,
-                                              volatile long long* error) {
+extern "C" __global__ void gridcomm_ipc_open_ready(const long long* epoch, long long* const* peer_flags,
+                                                   const int* sources, int nsrc, int rank,
+                                                   const long long* own_flags, const int* peer, int npeer,
+                                                   unsigned int* abandoned, unsigned long long limit_ns,
+                                                   volatile long long* error) {
     const long long e = *epoch + 1;
+    open_sources(e, peer_flags, sources, nsrc, rank);
+    if (npeer) wait_ready(e, own_flags, peer, abandoned, limit_ns, error);
+}
+
+extern "C" __global__ void gridcomm_ipc_ready(const long long* epoch, const long long* own_flags, const int* peer,
+                                              unsigned int* abandoned, unsigned long long limit_ns,
+                                              volatile long long* error) {
+    wait_ready(*epoch + 1, own_flags, peer, abandoned, limit_ns, error);
+}
+
+extern "C" __global__ void gridcomm_ipc_sent(const long long* epoch, long long* const* peer_flags, const int* peer,
+                                             unsigned int* abandoned, int rank, int size) {
+    mark_sent(*epoch + 1, peer_flags, peer, abandoned, rank, size);
+}
+
+extern "C" __global__ void gridcomm_ipc_sent_close(long long* epoch, long long* const* peer_flags, const int* peer,
+                                                   int npeer, unsigned int* abandoned, const long long* own_flags,
+                                                   const int* sources, int nsrc, int rank, int size,
+                                                   unsigned long long limit_ns, volatile long long* error) {
+    const long long e = *epoch + 1;
+    if (npeer) mark_sent(e, peer_flags, peer, abandoned, rank, size);
     wait_all(own_flags, sources, nsrc, size, e, limit_ns, error, WAIT_DATA);
     __threadfence();
     *epoch = e;

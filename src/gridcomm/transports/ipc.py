@@ -582,8 +582,11 @@ class _KernelChannel(_IpcChannel):
 
 
 class _CopyEngineChannel(_IpcChannel):
-    """The copy engines move the blocks, one stream per destination in the order (rank + i) mod size; small
-    kernels set and wait for the flags around them (ipc.cu, gridcomm_ipc_open/ready/sent/close)."""
+    """The copy engines move the blocks, one lane per destination in the order (rank + i) mod size; small kernels
+    set and wait for the flags around them (ipc.cu). The first destination's lane is the exchange stream itself,
+    its flag kernels merged with those that open and close the exchange (gridcomm_ipc_open_ready and
+    gridcomm_ipc_sent_close); every other destination has a stream of its own, forked after the opening and
+    joined before the closing."""
 
     def __init__(self, comm: Communicator, packer: Any) -> None:
         import cupy
@@ -599,49 +602,61 @@ class _CopyEngineChannel(_IpcChannel):
         self._lanes = [
             (
                 self._destination_ranks[k : k + 1],
-                self._abandoned[k : k + 1],
+                self._abandoned[i : i + 1],
                 [c for row in rows[list(self._rows_of[k])] for c in _copies_2d(row)],
-                cupy.cuda.Stream(non_blocking=True),
+                cupy.cuda.Stream(non_blocking=True) if i else None,  # None: the exchange stream
                 cupy.cuda.Event(block=False, disable_timing=True),
             )
-            for k in ordered
+            for i, k in enumerate(ordered)
         ]
         mine = set(range(len(rows))) - {i for r in self._rows_of for i in r}
         self._own = [c for row in rows[sorted(mine)] for c in _copies_2d(row)]
         self._fork = cupy.cuda.Event(block=False, disable_timing=True)
-        steps = ("open", "ready", "sent", "close")
+        steps = ("open_ready", "ready", "sent", "sent_close")
         self._kernels = {step: copy_kernel(SOURCE, f"gridcomm_ipc_{step}") for step in steps}
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
 
     def start(self, stream: Any = None) -> None:
-        from cupy.cuda import runtime
-
         one = ((1,), (1,))
         rank, size = np.int32(self._comm.rank), np.int32(self._comm.size)
         limit, error = self._waits.limit_ns, self._waits.address
-        self._kernels["open"](
-            *one, (self._epoch, self._peer_flags, self._source_ranks, np.int32(len(self._sources)), rank), stream=stream
-        )
-        self._fork.record(stream)
-        for peer, abandoned, copies, lane, joined in self._lanes:
-            lane.wait_event(self._fork)
-            self._kernels["ready"](*one, (self._epoch, self._flags, peer, abandoned, limit, error), stream=lane)
-            for args in copies:
-                runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, lane.ptr)
-            self._kernels["sent"](*one, (self._epoch, self._peer_flags, peer, abandoned, rank, size), stream=lane)
-            joined.record(lane)
-        for args in self._own:
-            runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, stream.ptr)
-        for *_, joined in self._lanes:
-            stream.wait_event(joined)
-        self._kernels["close"](
+        sources, nsrc = self._source_ranks, np.int32(len(self._sources))
+        # The first lane's destination (or, with none, a placeholder that npeer = 0 leaves unread).
+        first, abandoned = (self._lanes[0][0], self._lanes[0][1]) if self._lanes else (sources, self._abandoned)
+        npeer = np.int32(1 if self._lanes else 0)
+        self._kernels["open_ready"](
             *one,
-            (self._epoch, self._flags, self._source_ranks, np.int32(len(self._sources)), size, limit,
+            (self._epoch, self._peer_flags, sources, nsrc, rank, self._flags, first, npeer, abandoned, limit, error),
+            stream=stream,
+        )
+        if len(self._lanes) > 1:
+            self._fork.record(stream)
+        for peer, abandoned_here, copies, lane, joined in self._lanes[1:]:
+            lane.wait_event(self._fork)
+            self._kernels["ready"](*one, (self._epoch, self._flags, peer, abandoned_here, limit, error), stream=lane)
+            self._copy(copies, lane)
+            self._kernels["sent"](*one, (self._epoch, self._peer_flags, peer, abandoned_here, rank, size), stream=lane)
+            joined.record(lane)
+        if self._lanes:
+            self._copy(self._lanes[0][2], stream)
+        self._copy(self._own, stream)
+        for *_, joined in self._lanes[1:]:
+            stream.wait_event(joined)
+        self._kernels["sent_close"](
+            *one,
+            (self._epoch, self._peer_flags, first, npeer, abandoned, self._flags, sources, nsrc, rank, size, limit,
              error),
             stream=stream,
         )  # fmt: skip
         if self._unpack is not None:
             self._unpack.copy(stream)
+
+    @staticmethod
+    def _copy(copies: Sequence[tuple[int, int, int, int, int, int]], stream: Any) -> None:
+        from cupy.cuda import runtime
+
+        for args in copies:
+            runtime.memcpy2DAsync(*args, MEMCPY_DEFAULT, stream.ptr)
 
     def close(self) -> None:
         super().close()
