@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
 import io
 import json
 import pstats
@@ -24,6 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 import gridcomm
+from gridcomm.device import libcuda
 from gridcomm.lab.measure.machine import machine_info
 
 EXCHANGES = 3000
@@ -68,6 +70,57 @@ def _replay_parts(ex: gridcomm.HaloExchanger, n: int) -> dict[str, float]:
     return parts
 
 
+def _one_launch_s(launch: Callable[[], object], stream: cupy.cuda.Stream, n: int) -> float:
+    """Median host seconds of one ``launch()`` into an idle stream (synchronised between launches, untimed): what
+    an eager step pays per launch when the GPU keeps up, as at a small stencil step."""
+    seconds = np.empty(n)
+    for i in range(n):
+        stream.synchronize()
+        began = time.perf_counter()
+        launch()
+        seconds[i] = time.perf_counter() - began
+    stream.synchronize()
+    return float(np.median(seconds))
+
+
+def _launch_floor(ex: gridcomm.HaloExchanger, n: int) -> dict[str, float]:
+    """Host seconds of one launch into an idle stream, each way a step could make it: the exchanger's own graph
+    (every rank launches it alike), the exchange whole (start and wait), an empty kernel through CuPy, the same
+    through the driver's cuLaunchKernel from ctypes, and a kernel of the stencil's arguments through CuPy."""
+    stream = cupy.cuda.get_current_stream()
+    graph = ex._replayed[1]._graph
+    empty = cupy.RawKernel('extern "C" __global__ void empty() {}', "empty")
+    seven = cupy.RawKernel(
+        'extern "C" __global__ void seven(const double* u, double* v, long long pitch, int a, int b, int c, int d, '
+        "double w) {}",
+        "seven",
+    )
+    u = cupy.zeros(16)
+    seven_args = (u, u, np.int64(4), np.int32(1), np.int32(3), np.int32(1), np.int32(3), np.float64(0.2))
+    driver = libcuda()
+    driver.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    empty((1,), (1,), ())  # loaded before its handle is read
+    function, stream_ptr = empty.kernel.ptr, stream.ptr
+    return {
+        "exchange_graph": _one_launch_s(lambda: graph.launch(stream), stream, n),
+        "exchange_start_wait": _one_launch_s(lambda: ex.start(stream).wait(), stream, n),
+        "empty_kernel_cupy": _one_launch_s(lambda: empty((1,), (1,), ()), stream, n),
+        "empty_kernel_ctypes": _one_launch_s(
+            lambda: driver.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream_ptr, None, None), stream, n
+        ),
+        "stencil_like_kernel_cupy": _one_launch_s(lambda: seven((1,), (32,), seven_args), stream, n),
+    }
+
+
+def _gathered(world: MPI.Comm, rows: list[dict], key: str, label: str, mine: dict[str, float]) -> None:
+    """On rank 0: the medians over the ranks of ``mine`` (seconds) into the last row under ``key``, and printed."""
+    every = world.gather(mine, root=0)
+    if world.rank == 0:
+        medians = {k: float(np.median([p[k] for p in every])) for k in mine}
+        rows[-1][key] = medians
+        print(f"      {label}: " + "  ".join(f"{k} {v * 1e6:.2f} µs" for k, v in medians.items()), flush=True)
+
+
 def _profile(ex: gridcomm.HaloExchanger, n: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -104,13 +157,9 @@ def main() -> None:
                         print(f"{transport:5} {'replayed' if replay else 'enqueued':9} start {s * 1e6:6.1f} µs  "
                               f"wait {w * 1e6:6.1f} µs  per exchange {e * 1e6:6.1f} µs", flush=True)  # fmt: skip
                     if replay:
-                        parts = _replay_parts(ex, EXCHANGES)
-                        every = world.gather(parts, root=0)
-                        if world.rank == 0:
-                            medians = {k: float(np.median([p[k] for p in every])) for k in parts}
-                            rows[-1]["replay_parts_s"] = medians
-                            print("      alone: " + "  ".join(f"{k} {v * 1e6:.2f} µs" for k, v in medians.items()),
-                                  flush=True)  # fmt: skip
+                        _gathered(world, rows, "replay_parts_s", "alone", _replay_parts(ex, EXCHANGES))
+                        if transport == "ipc":
+                            _gathered(world, rows, "one_launch_s", "one launch, idle stream", _launch_floor(ex, 1000))
                 ex.replay = False
                 text = _profile(ex, 1000)
                 if world.rank == 0:

@@ -22,6 +22,10 @@ def _late(elapsed: float, outstanding) -> Exception:
     return _Late(elapsed, list(outstanding))
 
 
+def _split(requests: list, receives: int) -> tuple[list, list]:
+    return requests[:receives], requests[receives:]
+
+
 @pytest.mark.parametrize("receives", [0, 1])
 def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(receives):
     """receives=0: the receive waited for beside the alarm; 1: in MPI_Waitall, which the watchdog ends by
@@ -36,12 +40,12 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(re
         waiting.restart()
         start = time.perf_counter()
         with pytest.raises(_Late) as caught:
-            waiting.wait([receive], 0.2, _late, receives)
+            waiting.wait(*_split([receive], receives), 0.2, _late)
         took = time.perf_counter() - start
         assert 0.2 <= caught.value.args[0] <= took and took >= 0.2
         assert caught.value.args[1] == [0]  # the receive is what is outstanding
         send.Start()  # the receive left outstanding now completes, in a wait with a new alarm
-        waiting.wait([receive], 30.0, _late, receives)
+        waiting.wait(*_split([receive], receives), 30.0, _late)
         send.Wait()
         assert np.array_equal(got, sent)
         for _ in range(3):  # and the next exchanges as usual
@@ -49,7 +53,7 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(re
             receive.Start()
             send.Start()
             waiting.restart()
-            waiting.wait([receive, send], 30.0, _late, receives)
+            waiting.wait(*_split([receive, send], receives), 30.0, _late)
             assert np.array_equal(got, sent)
         receive.Free()
         send.Free()
@@ -65,7 +69,7 @@ def test_the_alarm_rings_no_sooner_than_the_timeout():
         waiting.restart()
         start = time.perf_counter()
         with pytest.raises(_Late):
-            waiting.wait([receive], 5 * WATCH_S, _late)
+            waiting.wait((), [receive], 5 * WATCH_S, _late)
         assert time.perf_counter() - start >= 5 * WATCH_S
         receive.Cancel()
         receive.Wait()

@@ -85,24 +85,25 @@ class BlockingWait:
         """A new set of requests was started: forget what a wait that gave up left outstanding."""
         self._outstanding = None
 
-    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: OnTimeout, receives: int = 0) -> None:
-        """Until every request of ``requests`` is complete; after ``timeout`` seconds raise
-        ``on_timeout(elapsed, outstanding)`` (a later call with the same requests waits for those still
-        outstanding). The first ``receives`` requests are persistent receives, which may be cancelled and started
-        again."""
+    def wait(self, receives: Sequence[Any], others: Sequence[Any], timeout: float, on_timeout: OnTimeout) -> None:
+        """Until every request is complete: ``receives``, persistent receives (which may be cancelled and started
+        again), and ``others``; after ``timeout`` seconds raise ``on_timeout(elapsed, outstanding)``, the indices
+        (receives first, then others) of those not complete. A later call with the same requests waits for those
+        still outstanding."""
         start = time.perf_counter()
         with _WATCHDOG.lock:
             self._deadline, self._late = start + timeout, False
         try:
             if self._outstanding is None:
-                left = self._receive(requests[:receives])
-                rest = requests[receives:]
-                done = (self._testsome(rest) or ()) if rest else ()
-                left |= set(range(receives, len(requests))).difference(receives + i for i in done)
+                left = self._receive(receives)
+                done = (self._testsome(others) or ()) if others else ()
+                if len(done) < len(others):
+                    first = len(receives)
+                    left |= set(range(first, first + len(others))).difference(first + i for i in done)
             else:  # after a wait that gave up
                 left = self._outstanding
             if left and not self._late:
-                left = self._wait_some(requests, left)
+                left = self._wait_some([*receives, *others], left)
         finally:
             with _WATCHDOG.lock:
                 self._deadline = None
@@ -190,16 +191,21 @@ class RequestWait:
         if self._blocking is not None:
             self._blocking.restart()
 
-    def wait(self, requests: Sequence[Any], timeout: float, on_timeout: OnTimeout, receives: int = 0) -> None:
-        """Until every request of ``requests`` is complete; after ``timeout`` seconds raise
-        ``on_timeout(elapsed, outstanding)``, ``outstanding`` the indices of those not complete. The first
-        ``receives`` are persistent receives (which a blocking wait may cancel and start again)."""
-        if self._blocking is not None:
-            self._blocking.wait(requests, timeout, on_timeout, receives)
-            return
-        left = list(requests)
+    @property
+    def blocking(self) -> bool:
+        """Whether MPI's own wait is used (else a poll)."""
+        return self._blocking is not None
 
-        def done() -> bool:
+    def wait(self, receives: Sequence[Any], others: Sequence[Any], timeout: float, on_timeout: OnTimeout) -> None:
+        """Until every request of ``receives`` (persistent receives, which a blocking wait may cancel and start
+        again) and ``others`` is complete; after ``timeout`` seconds raise ``on_timeout(elapsed, outstanding)``,
+        ``outstanding`` the indices (receives first, then others) of those not complete."""
+        if self._blocking is not None:
+            self._blocking.wait(receives, others, timeout, on_timeout)
+            return
+        left = [*receives, *others]  # tested from the end; what is left is a prefix, so its indices are theirs
+
+        def done() -> bool:  # the last first: the sends (others) of a channel go before its receives
             while left and left[-1].Test():
                 left.pop()
             return not left

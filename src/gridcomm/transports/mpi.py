@@ -93,7 +93,7 @@ class _P2PChannel(Channel):
         self._waiting.restart()
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
-        if self._testall(self._all):  # done already: no closures made
+        if not self._waiting.blocking and self._testall(self._all):  # done already: no closures made
             return
         receives = len(self._recvs)
 
@@ -104,7 +104,7 @@ class _P2PChannel(Channel):
                 silent = sorted({self._send_peers[i - receives] for i in outstanding if i >= receives})
             return _timeout(self._comm, operation, silent, elapsed)
 
-        self._waiting.wait(self._all, timeout, silent_peers, receives)
+        self._waiting.wait(self._recvs, self._sends, timeout, silent_peers)
 
     def close(self) -> None:
         for request in self._all:
@@ -172,7 +172,7 @@ class _NeighborChannel(Channel):
         def silent_peers(elapsed: float, outstanding: Sequence[int]) -> GridcommTimeout:
             return _timeout(self._comm, operation, sorted(set(self._sources)), elapsed)
 
-        self._waiting.wait([self._request], timeout, silent_peers)
+        self._waiting.wait((), [self._request], timeout, silent_peers)
 
     def close(self) -> None:
         self._waiting.close()
