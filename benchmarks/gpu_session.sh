@@ -49,16 +49,19 @@ for what in "${@:-env tests}"; do
       gpus=*:*)  # a background group: these stages on these GPUs alone
         list=${step#gpus=}; list=${list%%:*}; stages=${step#*:}
         echo "=== group on GPUs $list: ${stages//+/ }"
-        # Folders named without commas: the device tool brings back no file whose name holds one.
-        CUDA_VISIBLE_DEVICES=$list OUT="$dir/gpus-${list//,/-}" GRIDCOMM_SESSION_GROUP=1 \
-          bash "$0" "${stages//+/ }" >"$dir/gpus-${list//,/-}.log" 2>&1 &
-        groups+=("$!:$list")
+        # Folders named without commas (the device tool brings back no file whose name holds one), and numbered:
+        # a later group on the same GPUs must not overwrite an earlier one's logs.
+        group_count=$((${group_count:-0} + 1))
+        name="gpus-${list//,/-}-$group_count"
+        CUDA_VISIBLE_DEVICES=$list OUT="$dir/$name" GRIDCOMM_SESSION_GROUP=1 \
+          bash "$0" "${stages//+/ }" >"$dir/$name.log" 2>&1 &
+        groups+=("$!:$list:$name")
         ;;
       wait)
         for entry in "${groups[@]}"; do
           wait "${entry%%:*}"
-          list=${entry#*:}
-          summary+=("group on GPUs $list:" "$(sed -n '/^--- summary/,$p' "$dir/gpus-${list//,/-}.log" | tail -n +2)")
+          rest=${entry#*:}
+          summary+=("group on GPUs ${rest%%:*}:" "$(sed -n '/^--- summary/,$p' "$dir/${rest#*:}.log" | tail -n +2)")
         done
         groups=()
         ;;

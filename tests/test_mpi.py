@@ -32,10 +32,18 @@ def test_property_exchanges_match_serial_reference(mpi_checks):
     mpi_checks("checks_property", 8, timeout=600)
 
 
-def test_timeout_names_the_silent_peer_and_recovers(mpi_checks):
+@pytest.mark.parametrize("host_wait", ["block", "poll"])
+def test_timeout_names_the_silent_peer_and_recovers(mpi_checks, host_wait):
     """2 ranks; rank 1 stays away: rank 0 gets GridcommTimeout after ~1 s (each transport's timeout is timed
-    in the check), then the exchange completes."""
-    mpi_checks("checks_timeout", 2, timeout=120, checks=("check_timeout_names_rank_and_peer_then_completes",))
+    in the check), then the exchange completes. The mpi channels waiting inside MPI (their receives cancelled at
+    the timeout and posted again) and polling."""
+    mpi_checks(
+        "checks_timeout",
+        2,
+        timeout=120,
+        checks=("check_timeout_names_rank_and_peer_then_completes",),
+        env={"GRIDCOMM_HOST_WAIT": host_wait},
+    )
 
 
 def test_timeout_inside_a_with_block_stays_a_timeout(mpi_checks):

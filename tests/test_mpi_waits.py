@@ -81,8 +81,14 @@ def test_host_wait_mode_is_checked(monkeypatch):
     monkeypatch.setenv("GRIDCOMM_HOST_WAIT", "spin")
     with pytest.raises(ArgumentError, match="GRIDCOMM_HOST_WAIT='spin'"):
         host_wait_mode()
+    multiple = MPI.Query_thread() == MPI.THREAD_MULTIPLE
     monkeypatch.setenv("GRIDCOMM_HOST_WAIT", "poll")
-    assert host_wait_mode() == "poll" and not blocking_waits_usable(oversubscribed=False)
+    assert host_wait_mode() == "poll" and not blocking_waits_usable(spare_cpus=8)
+    monkeypatch.setenv("GRIDCOMM_HOST_WAIT", "block")  # wherever MPI allows it, spare CPUs or not
+    assert blocking_waits_usable(spare_cpus=0) == multiple and blocking_waits_usable(spare_cpus=None) == multiple
     monkeypatch.delenv("GRIDCOMM_HOST_WAIT")
-    assert not blocking_waits_usable(oversubscribed=True)
-    assert blocking_waits_usable(oversubscribed=False) == (MPI.Query_thread() == MPI.THREAD_MULTIPLE)
+    assert host_wait_mode() == "auto"
+    assert not blocking_waits_usable(spare_cpus=None)  # not known
+    assert not blocking_waits_usable(spare_cpus=0)  # a CPU per rank and none to spare: polled
+    assert not blocking_waits_usable(spare_cpus=-2)  # oversubscribed
+    assert blocking_waits_usable(spare_cpus=8) == multiple

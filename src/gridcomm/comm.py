@@ -55,15 +55,15 @@ RANKS_PER_NODE = "GRIDCOMM_RANKS_PER_NODE"
 OVERSUBSCRIBE_OK = "GRIDCOMM_OVERSUBSCRIBE_OK"
 # Whether this process has built a Communicator of the whole job yet: the first one looks at the node.
 _job_communicator_built = False
-# Whether this process's node runs more of the job's ranks than the CPUs they may use: found by the job's first
-# communicator (None until then, or where the first communicator was not the whole job).
-_node_oversubscribed: bool | None = None
+# The CPUs that this process's node has beyond one for each of the job's ranks there (negative: oversubscribed):
+# found by the job's first communicator (None until then, or where the first communicator was not the whole job).
+_node_spare_cpus: int | None = None
 
 
-def node_oversubscribed() -> bool | None:
-    """Whether this process's node runs more of the job's ranks than CPUs for them (None: not known; no
-    collective call)."""
-    return _node_oversubscribed
+def node_spare_cpus() -> int | None:
+    """The CPUs this process's node has beyond one per rank of the job there (negative where ranks share CPUs;
+    None: not known; no collective call)."""
+    return _node_spare_cpus
 
 
 def warn_if_oversubscribed(ranks: int, cpus: int) -> None:
@@ -151,10 +151,10 @@ class Communicator:
         """Collective, once per process: rank 0 warns if its node runs more ranks than CPUs for them. Done for
         the first Communicator of the whole job only (every process builds that one, at the same point of its
         collective calls, so all take this step together), not for every communicator of a few ranks."""
-        global _job_communicator_built, _node_oversubscribed
+        global _job_communicator_built, _node_spare_cpus
         _job_communicator_built = True
         _, ranks, cpus = self._node
-        _node_oversubscribed = ranks > cpus
+        _node_spare_cpus = cpus - ranks
         if self.rank == 0:
             warn_if_oversubscribed(ranks, cpus)
 

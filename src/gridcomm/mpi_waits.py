@@ -16,10 +16,10 @@ thread ends a wait that has lasted longer than its timeout:
   they are in, the sends are nearly always done.
 
 This needs an MPI that lets another thread cancel or complete a request during a blocking wait
-(``MPI_THREAD_MULTIPLE``, which mpi4py asks for) and a core per rank: a blocking wait does not yield the core, so
-ranks oversubscribed on fewer cores would take turns slowly. Elsewhere, or with ``GRIDCOMM_HOST_WAIT=poll``,
-channels poll (``waiting.poll_until``), one request per turn. ``RequestWait`` is what a channel holds: the one
-or the other.
+(``MPI_THREAD_MULTIPLE``, which mpi4py asks for) and, by default, more CPUs on the node than ranks: a blocking wait
+does not yield its core, and the watchdog threads and the system need one. Elsewhere, or with
+``GRIDCOMM_HOST_WAIT=poll``, channels poll (``waiting.poll_until``), one request per turn; ``GRIDCOMM_HOST_WAIT=block``
+waits inside MPI wherever MPI allows it. ``RequestWait`` is what a channel holds: the one or the other.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .comm import node_oversubscribed
+from .comm import node_spare_cpus
 from .errors import ArgumentError
 from .waiting import poll_until
 
@@ -45,20 +45,27 @@ OnTimeout = Callable[[float, Sequence[int]], Exception]
 
 
 def host_wait_mode() -> str:
-    """``GRIDCOMM_HOST_WAIT``: ``block`` (the default; MPI's own wait where it can be used) or ``poll``."""
-    value = os.environ.get("GRIDCOMM_HOST_WAIT") or "block"
-    if value not in ("block", "poll"):
-        raise ArgumentError(f"GRIDCOMM_HOST_WAIT={value!r}: use 'block' (the default) or 'poll'")
+    """``GRIDCOMM_HOST_WAIT``: ``auto`` (the default: MPI's own wait where the node has CPUs to spare), ``block``
+    (MPI's own wait wherever MPI allows it) or ``poll``."""
+    value = os.environ.get("GRIDCOMM_HOST_WAIT") or "auto"
+    if value not in ("auto", "block", "poll"):
+        raise ArgumentError(f"GRIDCOMM_HOST_WAIT={value!r}: use 'auto' (the default), 'block' or 'poll'")
     return value
 
 
-def blocking_waits_usable(oversubscribed: bool) -> bool:
-    """Whether MPI's own wait may be used here: ``GRIDCOMM_HOST_WAIT`` allows it, MPI runs with
-    ``MPI_THREAD_MULTIPLE`` and the node's ranks have a CPU each (``oversubscribed`` False; the channels pass
-    True where that is not known)."""
+def blocking_waits_usable(spare_cpus: int | None) -> bool:
+    """Whether MPI's own wait is used here: MPI runs with ``MPI_THREAD_MULTIPLE``, and ``GRIDCOMM_HOST_WAIT`` is
+    ``block``, or ``auto`` where the node has more CPUs than ranks (``spare_cpus`` > 0; None: not known).
+
+    A blocking wait spins without yielding, beside a watchdog thread per rank: where the ranks take every CPU,
+    polling (which yields) was faster (2 ranks on 2 cores with MPICH: 3.3 µs per 8-byte halo exchange waiting
+    inside MPI, 2.9-3.0 µs polled; benchmarks/host_exchange.py)."""
     from mpi4py import MPI
 
-    return host_wait_mode() == "block" and not oversubscribed and MPI.Query_thread() == MPI.THREAD_MULTIPLE
+    mode = host_wait_mode()
+    if mode == "poll" or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        return False
+    return mode == "block" or (spare_cpus is not None and spare_cpus > 0)
 
 
 class BlockingWait:
@@ -96,6 +103,8 @@ class BlockingWait:
         try:
             if self._outstanding is None:
                 left = self._receive(receives)
+                # By now the sends are nearly always done. (Testsome, not Testall: MPICH 5.0's Testall fails a
+                # persistent neighbourhood collective with MPI_ERR_IN_STATUS, its status saying no error.)
                 done = (self._testsome(others) or ()) if others else ()
                 if len(done) < len(others):
                     first = len(receives)
@@ -176,14 +185,14 @@ class BlockingWait:
 
 
 class RequestWait:
-    """How a channel waits for its MPI requests: inside MPI (BlockingWait) where that can be used here (the node
-    not oversubscribed, as the job's first communicator found; unknown counts as oversubscribed), else polled one
-    request per turn, the last unfinished: each test drives MPI's progress as Testall does, at a fraction of its
-    cost over many requests (16 ranks, CUDA-aware Open MPI 4.1: 51.1 µs per transposition against 75.2 with
-    Testall over 2 x 15 requests; probe-mpi-waits-cpu-16r-20261127T024440Z). ``close()`` it with the channel."""
+    """How a channel waits for its MPI requests: inside MPI (BlockingWait) where ``blocking_waits_usable`` (the
+    node's spare CPUs as the job's first communicator found them; unknown counts as none), else polled one request
+    per turn, the last unfinished: each test drives MPI's progress as Testall does, at a fraction of its cost over
+    many requests (16 ranks, CUDA-aware Open MPI 4.1: 51.1 µs per transposition against 75.2 with Testall over
+    2 x 15 requests; probe-mpi-waits-cpu-16r-20261127T024440Z). ``close()`` it with the channel."""
 
     def __init__(self) -> None:
-        usable = blocking_waits_usable(node_oversubscribed() is not False)
+        usable = blocking_waits_usable(node_spare_cpus())
         self._blocking: BlockingWait | None = BlockingWait() if usable else None
 
     def restart(self) -> None:
