@@ -11,7 +11,9 @@ sends) completed in different ways, so that the MPI algorithm and the way the ho
   request per turn (``poll each``), or by Testall in a loop without yielding (``spin``);
 - ``Transposer ...``: gridcomm's Transposer over those two MPI configurations, the whole call.
 
-With ``--profile`` rank 0 also prints a cProfile of 2,000 calls of the Transposer over p2p/datatype.
+With ``--profile`` rank 0 also prints a cProfile of 2,000 calls of the Transposer over p2p/datatype. Each size also
+times, on every rank, the Transposer's ``start()`` and ``wait()`` apart and the bare loop's ``Startall`` and
+``Waitall`` apart (``steps``: the fastest, median and slowest rank's median).
 
     mpiexec -n 16 python benchmarks/probe_mpi_waits.py --sizes 32,64,128 --out DIR
 
@@ -28,6 +30,7 @@ import os
 import pstats
 from collections.abc import Callable
 from pathlib import Path
+from time import perf_counter
 
 import numpy as np
 from mpi4py import MPI
@@ -58,6 +61,32 @@ def slab_types(n: int, ranks: int, rank: int) -> tuple[np.ndarray, np.ndarray, l
     for t in sends + recvs:
         t.Commit()
     return before, after, sends, recvs
+
+
+def _steps(mpi: MPI.Comm, transposer: Transposer, p2p: list, calls: int = 2000) -> dict[str, dict[str, float]]:
+    """Where a call's time goes, on every rank: the Transposer's ``start()`` (post, own copy) and ``wait()``, and
+    the bare loop's ``Startall`` and ``Waitall`` of the same requests. Seconds per call, each rank's median over
+    ``calls``; the fastest, median and slowest rank's (a rank whose share is late holds everyone)."""
+    mine: dict[str, list[float]] = {"Transposer start": [], "Transposer wait": [], "Startall": [], "Waitall": []}
+    for _ in range(calls):
+        t0 = perf_counter()
+        handle = transposer.start()
+        t1 = perf_counter()
+        handle.wait()
+        t2 = perf_counter()
+        MPI.Prequest.Startall(p2p)
+        t3 = perf_counter()
+        MPI.Request.Waitall(p2p)
+        t4 = perf_counter()
+        for key, seconds in zip(mine, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            mine[key].append(seconds)
+    medians = {key: float(np.median(values)) for key, values in mine.items()}
+    every = mpi.allgather(medians)
+    return {
+        key: {"fastest": min(m[key] for m in every), "median": float(np.median([m[key] for m in every])),
+              "slowest": max(m[key] for m in every)}
+        for key in medians
+    }  # fmt: skip
 
 
 def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
@@ -128,6 +157,7 @@ def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
         if not np.array_equal(after, expect):
             raise SystemExit(f"rank {mpi.rank}: {name} moved other values than Alltoallw at N = {n}")
         row["seconds"][name] = time_collective(mpi, run, samples=SAMPLES, min_sample_s=MIN_SAMPLE_S).median
+    row["steps"] = _steps(mpi, transposers["Transposer p2p/datatype"], p2p)
     if profile and mpi.rank == 0:
         found = cProfile.Profile()
         found.runcall(lambda: [transposers["Transposer p2p/datatype"].exchange() for _ in range(2000)])
@@ -159,6 +189,11 @@ def main() -> None:
         if mpi.rank == 0:
             times = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in rows[-1]["seconds"].items())
             print(f"N={n}: {times} us", flush=True)
+            steps = ", ".join(
+                f"{k} {v['fastest'] * 1e6:.1f}/{v['median'] * 1e6:.1f}/{v['slowest'] * 1e6:.1f}"
+                for k, v in rows[-1]["steps"].items()
+            )
+            print(f"  steps (fastest/median/slowest rank's median): {steps} us", flush=True)
     if mpi.rank == 0:
         config = {"sizes": [r["n"] for r in rows], "samples": SAMPLES, "cores": len(os.sched_getaffinity(0))}
         path = write_results(args.out, "probe-mpi-waits", machine_info(mpi.size, gpus_used=0), config, rows)
