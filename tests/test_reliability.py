@@ -319,13 +319,14 @@ def test_gpu_side_waits_are_stream_ordered():
     from gridcomm.errors import GridcommTimeout
     from gridcomm.transports.gpu_waits import GpuWaitChannel
 
-    class Report:  # GpuWaitReport's check, without its pinned memory
-        error: str | None = None
+    class Report:  # GpuWaitReport's error words and check, without its pinned memory
+        def __init__(self) -> None:
+            self.error, self.what = [0, 0, 0, 0], ""
 
         def check(self, operation: object) -> None:
-            if self.error:
-                error, self.error = self.error, None
-                raise GridcommTimeout(f"{operation}: {error}", 0, [1], 1.0)
+            if self.error[0]:
+                self.error[0] = 0
+                raise GridcommTimeout(f"{operation}: {self.what}", 0, [1], 1.0)
 
     class Channel(GpuWaitChannel):
         def start(self, stream=None):
@@ -338,7 +339,7 @@ def test_gpu_side_waits_are_stream_ordered():
     channel._waits = Report()
     channel.wait(1.0, "halo exchange #1", stream=object())  # nothing gave up: returns at once, no stream work
     assert not channel.abandoned
-    channel._waits.error = "the GPU waited for the peer's halos in exchange 1"
+    channel._waits.error[0], channel._waits.what = 1, "the GPU waited for the peer's halos in exchange 1"
     with pytest.raises(GridcommTimeout, match=r"halo exchange #2: .* in exchange 1"):
         channel.wait(1.0, "halo exchange #2", stream=object())
     assert channel.abandoned

@@ -93,4 +93,5 @@ class GpuWaitChannel(Channel):
             raise
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
-        self.check(operation)
+        if self._waits.error[0]:  # the report read here, not through two calls: this is every eager exchange's wait
+            self.check(operation)
