@@ -605,7 +605,7 @@ class _CopyEngineChannel(_IpcChannel):
                 self._abandoned[i : i + 1],
                 [c for row in rows[list(self._rows_of[k])] for c in _copies_2d(row)],
                 cupy.cuda.Stream(non_blocking=True) if i else None,  # None: the exchange stream
-                cupy.cuda.Event(block=False, disable_timing=True),
+                cupy.cuda.Event(block=False, disable_timing=True) if i else None,  # a lane's join (none for it)
             )
             for i, k in enumerate(ordered)
         ]
