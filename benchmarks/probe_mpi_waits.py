@@ -35,6 +35,7 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
+from gridcomm import mpi_waits
 from gridcomm.comm import Communicator
 from gridcomm.lab.bench.results import write_results
 from gridcomm.lab.measure.machine import machine_info
@@ -68,6 +69,7 @@ def _steps(mpi: MPI.Comm, transposer: Transposer, p2p: list, calls: int = 2000) 
     the bare loop's ``Startall`` and ``Waitall`` of the same requests. Seconds per call, each rank's median over
     ``calls``; the fastest, median and slowest rank's (a rank whose share is late holds everyone)."""
     mine: dict[str, list[float]] = {"Transposer start": [], "Transposer wait": [], "Startall": [], "Waitall": []}
+    inside = _time_blocking_waits()  # where a blocking wait's time goes, if the Transposer waits so
     for _ in range(calls):
         t0 = perf_counter()
         handle = transposer.start()
@@ -81,12 +83,48 @@ def _steps(mpi: MPI.Comm, transposer: Transposer, p2p: list, calls: int = 2000) 
         for key, seconds in zip(mine, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             mine[key].append(seconds)
     medians = {key: float(np.median(values)) for key, values in mine.items()}
+    medians |= {key: total / calls for key, total in inside.items()}  # means: most calls never reach Waitsome
+    _time_blocking_waits(undo=True)
     every = mpi.allgather(medians)
     return {
         key: {"fastest": min(m[key] for m in every), "median": float(np.median([m[key] for m in every])),
               "slowest": max(m[key] for m in every)}
         for key in medians
     }  # fmt: skip
+
+
+def _time_blocking_waits(undo: bool = False) -> dict[str, float]:
+    """Wraps the steps of every blocking wait (gridcomm.mpi_waits.BlockingWait) with timers: seconds in the
+    receives' Waitall, in the sends' Testsome and in the Waitsome loop, and the Waitsome calls made (totals over
+    the calls, filled in as they run). ``undo``: unwrap."""
+    totals = {"in receives' Waitall": 0.0, "in sends' Testsome": 0.0, "in Waitsome loop": 0.0, "Waitsome calls": 0.0}
+    names = {"_receive": "in receives' Waitall", "_testsome": "in sends' Testsome", "_wait_some": "in Waitsome loop"}
+    for wait in list(mpi_waits._WATCHDOG._waits):
+        wait.__dict__.pop("_receive", None)
+        wait.__dict__.pop("_wait_some", None)
+        wait._testsome, wait._waitsome = MPI.Request.Testsome, MPI.Request.Waitsome
+        if undo:
+            continue
+
+        def timed(call: Callable, key: str) -> Callable:
+            def run(*args: object) -> object:
+                t0 = perf_counter()
+                try:
+                    return call(*args)
+                finally:
+                    totals[key] += perf_counter() - t0
+
+            return run
+
+        for attribute, key in names.items():
+            setattr(wait, attribute, timed(getattr(wait, attribute), key))
+
+        def counted(requests: list, call: Callable = MPI.Request.Waitsome) -> object:
+            totals["Waitsome calls"] += 1e-6  # printed in µs: one call shows as 1.0
+            return call(requests)
+
+        wait._waitsome = counted
+    return totals
 
 
 def probe(comm: Communicator, n: int, profile: bool = False) -> dict:

@@ -170,22 +170,41 @@ def test_capture_replays_the_exchange(cupy, decompose, transport):
 @pytest.mark.parametrize("transport", ["nccl", "ipc", "staged"])
 def test_eager_exchanges_replay_a_graph_of_their_own(cupy, decompose, monkeypatch, transport, replay):
     """start() launches a graph of the whole exchange where the transport can be captured (GRIDCOMM_REPLAY=0:
-    each part enqueued from Python); a changed timeout is captured anew; every exchange is right."""
+    each part enqueued from Python); a changed timeout is captured anew; where every wait runs on the GPU (ipc)
+    the replays after the first take the lean way (launch, read the reports), and a capture of the user's or
+    replay switched off and on again in between still moves the right halos."""
     monkeypatch.setenv("GRIDCOMM_REPLAY", replay)
     d = decompose((14, 9), halo=2, periodic=True)
     g = random_global(d.global_shape, "float64", 11)
     f = device_field(cupy, d, g)
+    lean = replay == "1" and transport == "ipc"
     with HaloExchanger(d, f, transport) as ex:
         assert ex.replay == (replay == "1" and transport != "staged")  # nccl: its abort runs beside the replay
-        for step in range(4):
+        for step in range(7):
             if step == 2:
                 ex.timeout = 30.0  # the GPU-side waits' limit is in the graph: captured again
+            if step == 4 and ex.replay:
+                ex.replay = False
+            if step == 5 and replay == "1" and transport != "staged":
+                ex.replay = True
             f[d.interior_slices] = cupy.asarray(g[d.global_slices]) + step
             f[0, :] = -1
-            ex.exchange()
+            if step == 6 and transport != "staged":  # a capture of the user's: the parts, not the exchanger's graph
+                stream = cupy.cuda.Stream(non_blocking=True)
+                cupy.cuda.get_current_stream().synchronize()
+                with stream:
+                    stream.begin_capture()
+                    ex.start(stream).wait()
+                    graph = stream.end_capture()
+                graph.launch(stream)
+                stream.synchronize()
+            else:
+                ex.exchange()
             want = expected_cells(g + step, d.global_slices, d.halo, d.periodic, "box")
             assert describe_mismatch(f.get(), want) is None, (step, transport)
-        assert ex.count == 4
+            if step in (3, 5):
+                assert (ex._lean is not None) == lean, (step, transport)  # the lean way was taken, where it can be
+        assert ex.count == 7
 
 
 def test_nccl_is_aborted_without_the_gil(cupy):

@@ -143,11 +143,20 @@ class ExchangeHandle:
         ``check()`` or ``close()`` after that; it is over with its halos undefined, the peers are told, and the
         next exchange is right once the silent peer has caught up.
         """
-        if not self.done:
-            self._exchanger._complete(self.stream)
-            self.done = True
-            if self._exchanger._validator is not None:
-                self._exchanger._validate(self.stream)
+        if self.done:
+            return
+        lean = self._exchanger._lean
+        if self.replayed and lean is not None:  # the exchanger's own graph, its waits on the GPU: read the reports
+            for report in lean[2]:
+                if report[0]:
+                    break
+            else:
+                self.done, self.replayed = True, False
+                return
+        self._exchanger._complete(self.stream)
+        self.done = True
+        if self._exchanger._validator is not None:
+            self._exchanger._validate(self.stream)
 
 
 class CapturedExchange:
@@ -172,6 +181,8 @@ class CapturedExchange:
 
     def close(self) -> None:
         """Free the graph now (also done by the exchanger's and the communicator's close)."""
+        if self._exchanger is not None:
+            self._exchanger._lean = None  # it may be the graph the exchanger's start() launches
         self._graph = self._exchanger = None
 
 
@@ -299,6 +310,7 @@ class BoundExchange:
         self.validate = check_validate(validate)
 
     def _give_up(self, error: GridcommTimeout) -> NoReturn:
+        self._lean = None  # the next start() takes the whole way (its channels reset what gave up)
         give_up(error, self.comm.mpi, self.on_timeout)
 
     def _check_fields(self) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -551,6 +563,11 @@ class BoundExchange:
         self._replay = self._can_replay and eager_replay()
         self._prepares = any(prepares(group.channel) for group in self._groups)
         self._replayed: tuple[float, CapturedExchange] | None = None  # (the timeout it was captured with, graph)
+        # (timeout, graph, the channels' GPU wait reports) once the exchanger's own graph has run, where every
+        # channel waits on the GPU (ipc, nvshmem): start() then only launches the graph and wait() only reads the
+        # reports (host time of one exchange: 1.8 of 3.8 µs was Python, 4 x H200). Dropped on every change.
+        self._lean: tuple[float, Any, list[Any]] | None = None
+        self._current_stream = self.xp.cuda.get_current_stream if self.on_device else None
         log.info("ready: %r", self)
 
     @property
@@ -575,6 +592,7 @@ class BoundExchange:
                 "where its abort can run beside the replay) and no validation"
             )
         self._replay = bool(value)
+        self._lean = None
 
     @property
     def reaches(self) -> tuple[str, ...]:
@@ -597,12 +615,12 @@ class BoundExchange:
             raise GridcommError("only() moves part of the peers, and validation mode checks every peer")
         if not self._handle.done:
             raise GridcommError(f"an exchange is in flight on this {type(self).__name__}; wait() for it first")
-        saved = self._groups, self._lanes, self._replay, self._replayed
-        self._groups, self._lanes, self._replay, self._replayed = groups, [None], False, None
+        saved = self._groups, self._lanes, self._replay, self._replayed, self._lean
+        self._groups, self._lanes, self._replay, self._replayed, self._lean = groups, [None], False, None, None
         try:
             yield
         finally:
-            self._groups, self._lanes, self._replay, self._replayed = saved
+            self._groups, self._lanes, self._replay, self._replayed, self._lean = saved
 
     # -- running ----------------------------------------------------------------------------------------
 
@@ -613,6 +631,15 @@ class BoundExchange:
         later work on that stream sees the received data once ``wait()`` has returned. Work that touches
         neither what is received nor what is sent may run in between (for GPU fields: on another stream).
         """
+        lean = self._lean
+        if lean is not None and self._handle.done and lean[0] == self.timeout:  # the replay, in the fewest steps
+            stream = stream if stream is not None else self._current_stream()
+            if not stream.is_capturing():
+                lean[1].launch(stream)
+                self.count += 1
+                handle = self._handle
+                handle.done, handle.stream, handle.replayed = False, stream, True
+                return handle
         if self._closed:
             raise GridcommError(f"this {type(self).__name__} is closed; make a new one")
         if not self._handle.done and not self._abandoned:
@@ -665,6 +692,9 @@ class BoundExchange:
         except GridcommTimeout as error:
             self._give_up(error)
         self._replayed[1].launch(stream)
+        reports = [group.channel.gpu_report for group in self._groups]
+        if all(report is not None for report in reports):
+            self._lean = (self.timeout, self._replayed[1]._graph, reports)
         self.count += 1
         self._handle.done, self._handle.stream, self._handle.replayed = False, stream, True
         return self._handle
@@ -774,6 +804,7 @@ class BoundExchange:
         # GPU-side waits report a silent peer at the next call, and there is none after this one: once every
         # exchange enqueued is over, one that gave up is raised (or aborts the job) after the rest is freed.
         missed = self._gave_up_on_gpu() if self.on_device and self._groups else None
+        self._lean = None
         for graph in self._graphs:
             graph.close()
         for group in self._groups:

@@ -31,6 +31,9 @@ class Channel(ABC):
     # False where this binding cannot replay a graph of its own although its transport is replayable (nccl where
     # its communicator cannot be aborted without the GIL).
     replayable = True
+    # The host-mapped words a GPU-side wait writes when it gives up (word 0 nonzero), for channels whose waits run
+    # on the GPU (GpuWaitChannel); None where the host waits.
+    gpu_report: Any = None
 
     def before_pack(self, stream: Any, timeout: float) -> None:  # noqa: B027 (optional hook)
         """Before the pack is enqueued: make sure the destinations may be written (if the transport must)."""

@@ -81,6 +81,10 @@ class GpuWaitChannel(Channel):
 
     _waits: GpuWaitReport
 
+    @property
+    def gpu_report(self) -> np.ndarray:
+        return self._waits.error
+
     def before_pack(self, stream: Any, timeout: float) -> None:
         self.abandoned = False
         self._waits.set_timeout(timeout)
