@@ -1,6 +1,6 @@
 """MPI requests waited for inside MPI with a timeout (gridcomm.mpi_waits), on one rank in-process: a receive
-that nothing sends must end in the caller's timeout (waited for with the alarm, or in MPI_Waitall ended by
-cancelling it), and a later wait must complete it once it is sent."""
+that nothing sends must end in the caller's timeout (tested in a loop as the sends are, or in MPI_Waitall ended
+by cancelling it), and a later wait must complete it once it is sent."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def _split(requests: list, receives: int) -> tuple[list, list]:
 
 @pytest.mark.parametrize("receives", [0, 1])
 def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(receives):
-    """receives=0: the receive waited for beside the alarm; 1: in MPI_Waitall, which the watchdog ends by
-    cancelling it (the next wait starts it again)."""
+    """receives=0: the receive tested in a loop until the timeout, as sends are; 1: in MPI_Waitall, which the
+    watchdog ends by cancelling it (the next wait starts it again)."""
     comm = MPI.COMM_SELF
     got, sent = np.zeros(4), np.arange(4.0)
     waiting = BlockingWait()
@@ -37,14 +37,13 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(re
         receive = comm.Recv_init(got, 0, tag=3)
         send = comm.Send_init(sent, 0, tag=3)
         receive.Start()
-        waiting.restart()
         start = time.perf_counter()
         with pytest.raises(_Late) as caught:
             waiting.wait(*_split([receive], receives), 0.2, _late)
         took = time.perf_counter() - start
         assert 0.2 <= caught.value.args[0] <= took and took >= 0.2
         assert caught.value.args[1] == [0]  # the receive is what is outstanding
-        send.Start()  # the receive left outstanding now completes, in a wait with a new alarm
+        send.Start()  # the receive left outstanding now completes in the next wait
         waiting.wait(*_split([receive], receives), 30.0, _late)
         send.Wait()
         assert np.array_equal(got, sent)
@@ -52,7 +51,6 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(re
             got[:] = 0
             receive.Start()
             send.Start()
-            waiting.restart()
             waiting.wait(*_split([receive, send], receives), 30.0, _late)
             assert np.array_equal(got, sent)
         receive.Free()
@@ -61,18 +59,43 @@ def test_a_wait_with_nothing_to_wait_for_gives_up_then_completes_what_arrives(re
         waiting.close()
 
 
-def test_the_alarm_rings_no_sooner_than_the_timeout():
+def test_a_request_that_cannot_be_cancelled_is_given_up_no_sooner_than_the_timeout():
     comm = MPI.COMM_SELF
     waiting = BlockingWait()
     try:
         receive = comm.Irecv(np.zeros(1), 0, tag=4)
-        waiting.restart()
         start = time.perf_counter()
         with pytest.raises(_Late):
             waiting.wait((), [receive], 5 * WATCH_S, _late)
         assert time.perf_counter() - start >= 5 * WATCH_S
         receive.Cancel()
         receive.Wait()
+    finally:
+        waiting.close()
+
+
+def test_only_what_is_not_complete_is_named():
+    """A receive that arrives (waited for in MPI_Waitall) and one tested in a loop that never does: the timeout
+    names the second alone (index 1: receives first, then others), and so does a second wait, the first being
+    inactive by then."""
+    comm = MPI.COMM_SELF
+    waiting = BlockingWait()
+    got = np.zeros(2)
+    try:
+        arrives = comm.Recv_init(got[:1], 0, tag=5)
+        send = comm.Send_init(np.ones(1), 0, tag=5)
+        silent = comm.Irecv(got[1:], 0, tag=6)
+        arrives.Start()
+        send.Start()
+        for _ in range(2):
+            with pytest.raises(_Late) as caught:
+                waiting.wait([arrives], [silent, send], 3 * WATCH_S, _late)
+            assert caught.value.args[1] == [1], caught.value.args
+        assert got[0] == 1.0
+        silent.Cancel()
+        silent.Wait()
+        arrives.Free()
+        send.Free()
     finally:
         waiting.close()
 

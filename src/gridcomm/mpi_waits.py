@@ -4,30 +4,31 @@ A blocking MPI wait lets MPI drive its progress engine in C, as fast as it can; 
 most every microsecond or two. On 16 ranks of a 64-core host with a CUDA-aware Open MPI 4.1.4, 30 persistent
 sends and receives of a small transposition completed in 34.5 µs under ``MPI_Waitall`` against 45.6 µs tested
 one at a time from Python and 73.4 µs with ``Testall`` (benchmarks/probe_mpi_waits.py,
-``probe-mpi-waits-cpu-16r-20261127T024616Z``). A blocking wait never returns if a peer is silent, so a watchdog
-thread ends a wait that has lasted longer than its timeout:
+``probe-mpi-waits-cpu-16r-20261127T024616Z``). A blocking wait never returns if a peer is silent, so:
 
-* the receives are waited for in one ``MPI_Waitall``; the watchdog cancels those still pending (a receive
-  that has not matched can always be cancelled), which ends the Waitall, and they are posted again at once.
-* what is left (sends, a collective) in ``MPI_Waitsome`` together with an *alarm*, an MPI generalized request
-  that nothing but the watchdog completes. ``MPI_Waitsome`` returns as requests trickle in (22 times over 30
-  requests, 3-4 µs of Python each: 189 µs per transposition against 110 for ``MPI_Waitall`` at 16 ranks,
-  ``probe-mpi-waits-cpu-16r-20261127T042615Z``), which is why the receives are not waited for so; by the time
-  they are in, the sends are nearly always done.
+* the receives are waited for in one ``MPI_Waitall``; a watchdog thread cancels those still pending once the
+  timeout has passed (a receive that has not matched can always be cancelled), which ends the Waitall, and they
+  are posted again at once, so that a later wait completes the exchange.
+* what is left (sends, a collective's one request), which cannot be cancelled, is tested in a loop without
+  yielding (``Testall``, or ``Test`` for one request) until it is complete or the timeout has passed. By the
+  time the receives are in, the sends are nearly always done or about to be. Waiting for them in
+  ``MPI_Waitsome`` beside an MPI generalized request that the watchdog completes (the way before) cost 8-25 µs
+  per call on 16 ranks of a 4 x H100 host, and was needed in a third to nine tenths of the transpositions
+  (``probe-mpi-waits-cpu-16r-20261127T054924Z``): more than the whole send side of ``MPI_Waitall``.
 
-This needs an MPI that lets another thread cancel or complete a request during a blocking wait
-(``MPI_THREAD_MULTIPLE``, which mpi4py asks for) and, by default, more CPUs on the node than ranks: a blocking wait
-does not yield its core, and the watchdog threads and the system need one. Elsewhere, or with
-``GRIDCOMM_HOST_WAIT=poll``, channels poll (``waiting.poll_until``), one request per turn; ``GRIDCOMM_HOST_WAIT=block``
-waits inside MPI wherever MPI allows it. ``RequestWait`` is what a channel holds: the one or the other.
+This needs an MPI that lets another thread cancel a request during a blocking wait (``MPI_THREAD_MULTIPLE``,
+which mpi4py asks for) and, by default, more CPUs on the node than ranks: neither wait yields its core, and the
+watchdog threads and the system need one. Elsewhere, or with ``GRIDCOMM_HOST_WAIT=poll``, channels poll
+(``waiting.poll_until``), one request per turn; ``GRIDCOMM_HOST_WAIT=block`` waits inside MPI wherever MPI allows
+it. ``RequestWait`` is what a channel holds: the one or the other.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -75,113 +76,77 @@ class BlockingWait:
     def __init__(self) -> None:
         from mpi4py import MPI
 
-        self._mpi = MPI
-        self._waitall, self._waitsome, self._testsome = MPI.Request.Waitall, MPI.Request.Waitsome, MPI.Request.Testsome
-        self._alarm = MPI.Grequest.Start()
-        self._alarm_rang = False  # the watchdog completed the alarm: the next wait needs a new one
-        self._deadline: float | None = None  # time.perf_counter() seconds, while a wait is on
-        self._late = False  # the watchdog found the wait in progress past its deadline
-        self._receiving: Sequence[Any] = ()  # the receives in MPI_Waitall now, which the watchdog cancels when late
+        self._waitall, self._testall = MPI.Request.Waitall, MPI.Request.Testall
+        self._status = MPI.Status
+        # Under the watchdog's lock: the receives in MPI_Waitall now and when it is to end them
+        # (time.perf_counter() seconds), and whether it did.
+        self._receiving: Sequence[Any] = ()
+        self._deadline = 0.0
+        self._late = False
         self._statuses: list[Any] = []
-        # The requests (by index) not yet complete when the last wait gave up: those completed before are
-        # inactive (persistent) or null, and MPI never reports them again.
-        self._outstanding: set[int] | None = None
         _WATCHDOG.watch(self)
-
-    def restart(self) -> None:
-        """A new set of requests was started: forget what a wait that gave up left outstanding."""
-        self._outstanding = None
 
     def wait(self, receives: Sequence[Any], others: Sequence[Any], timeout: float, on_timeout: OnTimeout) -> None:
         """Until every request is complete: ``receives``, persistent receives (which may be cancelled and started
         again), and ``others``; after ``timeout`` seconds raise ``on_timeout(elapsed, outstanding)``, the indices
         (receives first, then others) of those not complete. A later call with the same requests waits for those
-        still outstanding."""
+        still outstanding (the others complete before are inactive, or null, and count as done)."""
         start = time.perf_counter()
-        with _WATCHDOG.lock:
-            self._deadline, self._late = start + timeout, False
-        try:
-            if self._outstanding is None:
-                left = self._receive(receives)
-                # By now the sends are nearly always done. (Testsome, not Testall: MPICH 5.0's Testall fails a
-                # persistent neighbourhood collective with MPI_ERR_IN_STATUS, its status saying no error.)
-                done = (self._testsome(others) or ()) if others else ()
-                if len(done) < len(others):
-                    first = len(receives)
-                    left |= set(range(first, first + len(others))).difference(first + i for i in done)
-            else:  # after a wait that gave up
-                left = self._outstanding
-            if left and not self._late:
-                left = self._wait_some([*receives, *others], left)
-        finally:
-            with _WATCHDOG.lock:
-                self._deadline = None
-        if self._alarm_rang:  # a new alarm for the next wait; this one is freed (by Waitsome, or here)
-            if self._alarm != self._mpi.REQUEST_NULL:
-                self._alarm.Wait()
-            self._alarm, self._alarm_rang = self._mpi.Grequest.Start(), False
-        self._outstanding = left or None
+        deadline = start + timeout
+        left = self._receive(receives, deadline) if receives else []
+        if others and (left or not self._spin(others, deadline)):
+            # Request_get_status neither frees nor deactivates, and finds an inactive request complete.
+            left += [len(receives) + i for i, request in enumerate(others) if not request.Get_status()]
         if left:
-            raise on_timeout(time.perf_counter() - start, sorted(left))
+            raise on_timeout(time.perf_counter() - start, left)
 
-    def _receive(self, receives: Sequence[Any]) -> set[int]:
-        """Wait for ``receives`` in one MPI_Waitall; the indices of those the watchdog cancelled, which are
-        posted again (active, as they were: a test of the channel's requests must not find them complete)."""
-        if not receives:
-            return set()
+    def _receive(self, receives: Sequence[Any], deadline: float) -> list[int]:
+        """Wait for ``receives`` in one MPI_Waitall; the indices of those the watchdog cancelled at ``deadline``,
+        which are posted again (active, as they were: a test of the channel's requests must not find them
+        complete)."""
         if len(self._statuses) != len(receives):
-            self._statuses = [self._mpi.Status() for _ in receives]
+            self._statuses = [self._status() for _ in receives]
         with _WATCHDOG.lock:
-            late = self._late
-            if not late:
-                self._receiving = receives
-        if late:  # past the deadline already (a timeout shorter than the watchdog's look): test, do not block
-            done = self._testsome(receives) or ()
-            return set(range(len(receives))).difference(done)
+            self._receiving, self._deadline, self._late = receives, deadline, False
         try:
             self._waitall(receives, self._statuses)
         finally:
             with _WATCHDOG.lock:
-                self._receiving = ()
-        cancelled = {i for i, status in enumerate(self._statuses) if status.Is_cancelled()} if self._late else set()
+                self._receiving, late = (), self._late
+        if not late:
+            return []
+        cancelled = [i for i, status in enumerate(self._statuses) if status.Is_cancelled()]
         for i in cancelled:
             receives[i].Start()
         return cancelled
 
-    def _wait_some(self, requests: Sequence[Any], left: set[int]) -> set[int]:
-        """MPI_Waitsome over ``requests`` and the alarm until those of ``left`` are complete or the alarm rings;
-        what is left."""
-        pending = [*requests, self._alarm]
-        alarm = len(requests)
-        while left:
-            done = self._waitsome(pending) or ()
-            left = left.difference(done)
-            if alarm in done:
-                break
-        return left
+    def _spin(self, others: Sequence[Any], deadline: float) -> bool:
+        """Test ``others`` until they are complete (True) or ``deadline`` has passed (False). One request is tested
+        alone: MPICH 5.0's Testall fails a persistent neighbourhood collective with MPI_ERR_IN_STATUS, its status
+        saying no error."""
+        clock = time.perf_counter
+        if len(others) == 1:
+            test = others[0].Test
+            while not test():
+                if clock() > deadline:
+                    return False
+            return True
+        testall = self._testall
+        while not testall(others):
+            if clock() > deadline:
+                return False
+        return True
 
     def ring(self, now: float) -> None:
-        """The watchdog's look (its lock held): end a wait past its deadline, by cancelling the receives it
-        waits for or by completing its alarm."""
-        if self._deadline is None or now <= self._deadline or self._late:
-            return
-        self._late = True
-        if self._receiving:
+        """The watchdog's look (its lock held): cancel the receives of a wait past its deadline."""
+        if self._receiving and not self._late and now > self._deadline:
+            self._late = True
             for request in self._receiving:
                 request.Cancel()  # no effect on one complete already
-        elif not self._alarm_rang:
-            self._alarm_rang = True
-            self._alarm.Complete()
 
     def close(self) -> None:
-        """Complete and free the alarm (nothing may be waiting on it)."""
         with _WATCHDOG.lock:
             _WATCHDOG.forget(self)
-            if not self._alarm_rang:
-                self._alarm_rang = True
-                self._alarm.Complete()
-        if self._alarm != self._mpi.REQUEST_NULL:
-            self._alarm.Wait()
 
 
 class RequestWait:
@@ -194,11 +159,6 @@ class RequestWait:
     def __init__(self) -> None:
         usable = blocking_waits_usable(node_spare_cpus())
         self._blocking: BlockingWait | None = BlockingWait() if usable else None
-
-    def restart(self) -> None:
-        """The channel started its requests anew."""
-        if self._blocking is not None:
-            self._blocking.restart()
 
     @property
     def blocking(self) -> bool:
@@ -231,14 +191,12 @@ class RequestWait:
 
 
 class _Watchdog:
-    """The thread that rings the alarms of waits past their deadline: started with the first BlockingWait, a
-    daemon that looks every WATCH_S seconds. At exit (before mpi4py finalizes MPI) it frees the alarms that are
-    left, so that no generalized request is pending at MPI_Finalize."""
+    """The thread that cancels the receives of waits past their deadline: started with the first BlockingWait, a
+    daemon that looks every WATCH_S seconds."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        # Held until closed, so that at exit the alarms of channels never closed are freed too.
-        self._waits: set[BlockingWait] = set()
+        self._waits: weakref.WeakSet[BlockingWait] = weakref.WeakSet()
         self._thread: threading.Thread | None = None
 
     def watch(self, wait: BlockingWait) -> None:
@@ -247,7 +205,6 @@ class _Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gridcomm-mpi-watchdog", daemon=True)
                 self._thread.start()
-                atexit.register(self._close_all)
 
     def forget(self, wait: BlockingWait) -> None:
         self._waits.discard(wait)
@@ -259,14 +216,6 @@ class _Watchdog:
             with self.lock:
                 for wait in list(self._waits):
                     wait.ring(now)
-
-    def _close_all(self) -> None:
-        from mpi4py import MPI
-
-        if MPI.Is_finalized():
-            return
-        for wait in list(self._waits):
-            wait.close()
 
 
 _WATCHDOG = _Watchdog()

@@ -90,7 +90,6 @@ class _P2PChannel(Channel):
         if stream is not None:
             stream.synchronize()  # the packed data must be in memory before MPI reads it
         self._startall(self._all)
-        self._waiting.restart()
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         if not self._waiting.blocking and self._testall(self._all):  # done already: no closures made
@@ -165,7 +164,6 @@ class _NeighborChannel(Channel):
             self._request.Start()
         else:
             self._request = self._graph.Ineighbor_alltoallw(*self._messages)
-        self._waiting.restart()
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
         # A collective completes for all or none: every neighbour is a suspect.
