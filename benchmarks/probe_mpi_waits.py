@@ -197,7 +197,37 @@ def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
         while not MPI.Request.Testall(channel._sends):
             pass
 
+    def its_requests_copy_first() -> None:  # the own block copied before anything is posted
+        own_copy()
+        MPI.Prequest.Startall(channel._all)
+        MPI.Request.Waitall(channel._recvs)
+        while not MPI.Request.Testall(channel._sends):
+            pass
+
+    def its_requests_copy_between() -> None:  # copied once the receives are in, while the sends complete
+        MPI.Prequest.Startall(channel._all)
+        MPI.Request.Waitall(channel._recvs)
+        own_copy()
+        while not MPI.Request.Testall(channel._sends):
+            pass
+
+    def ring(requests: list, peers: list) -> list:  # from the next rank on, as the ring goes
+        return [r for _, r in sorted(zip(((p - mpi.rank) % mpi.size for p in peers), requests, strict=True))]
+
+    ring_recvs, ring_sends = ring(channel._recvs, channel._recv_peers), ring(channel._sends, channel._send_peers)
+    ring_all = ring_recvs + ring_sends
+
+    def its_requests_ring() -> None:  # posted from the next rank on, the own block copied after the receives
+        MPI.Prequest.Startall(ring_all)
+        MPI.Request.Waitall(ring_recvs)
+        own_copy()
+        while not MPI.Request.Testall(ring_sends):
+            pass
+
     ways |= {
+        "its requests in ring order, copy after receives": its_requests_ring,
+        "its requests, copy first, split": its_requests_copy_first,
+        "its requests, copy after receives": its_requests_copy_between,
         "its requests + copy, Waitall": its_requests_waitall,
         "its requests + copy, split": its_requests_split,
         "its own copy alone": own_copy,

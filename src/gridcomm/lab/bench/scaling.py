@@ -200,7 +200,7 @@ def load_inputs(
         return _newest(runs, name, gpus, accept, device)
 
     alltoalls = {gpus: found for (name, gpus) in sorted(runs) if name == "alltoall" and gpus > 1
-                 if (found := _newest_here(name, gpus))}  # fmt: skip
+                 if (found := _newest_here(name, gpus, _reaches_bandwidth))}  # fmt: skip
     if machine is None:
         if 2 not in alltoalls:
             raise ValueError(f"no alltoall-gpu-2r-*.json in {folder}: run gridcomm bench alltoall --np 2 on 2 GPUs")
@@ -216,7 +216,7 @@ def load_inputs(
         sources["stencil2d"] = found[0]
         stencil = {r["n"]: r["time_per_step_s"] for r in found[1]["results"] if _ipc_graph(r)}
     for gpus in sorted(g for name, g in runs if name == "stencil2d" and g > 1):
-        if found := _newest_here("stencil2d", gpus, _has_graph_mode):
+        if found := _newest_here("stencil2d", gpus, _whole_stencil_sweep):
             for r in found[1]["results"]:
                 if _ipc_graph(r):
                     measured.append(_point("stencil2d", r["n"], gpus, r["time_per_step_s"]))
@@ -249,6 +249,22 @@ def _ipc_graph(row: dict[str, Any]) -> bool:
 def _has_graph_mode(payload: dict[str, Any]) -> bool:
     """Whether a stencil2d run timed the graph mode over ipc (a report also runs it over nccl: not that one)."""
     return any(_ipc_graph(r) for r in payload["results"])
+
+
+def _whole_stencil_sweep(payload: dict[str, Any]) -> bool:
+    """Whether a stencil2d run timed the graph mode over ipc up to n = 8192 (the bench's largest size by default):
+    a run of a few small sizes (timing the eager path) would leave the larger points out of the comparison."""
+    return any(_ipc_graph(r) and r["n"] >= 8192 for r in payload["results"])
+
+
+#: The least largest block per peer of an all-to-all run the links are taken from: its peer copy runs at the links'
+#: rate there (a run of small blocks only, timing latency, gives no bandwidth).
+BANDWIDTH_BLOCK_BYTES = 32 << 20
+
+
+def _reaches_bandwidth(payload: dict[str, Any]) -> bool:
+    """Whether an all-to-all run went up to blocks large enough to give the links' bandwidth."""
+    return bool(payload["results"]) and payload["results"][-1]["bytes_per_peer"] >= BANDWIDTH_BLOCK_BYTES
 
 
 def _link(gpus: int, stem: str, payload: dict[str, Any]) -> Link:
@@ -534,7 +550,10 @@ def measured_curves(folder: str | Path, device: str | None = None) -> dict[str, 
     device = _device(runs, device)
 
     def accept(name: str) -> Any:  # a report runs the stencil over several transports: the ipc graph run
-        return {"stencil2d": _has_graph_mode, "alltoall": _one_node}.get(name, lambda payload: True)
+        def whole_alltoall(payload: dict[str, Any]) -> bool:  # of one node, up to the links' rate
+            return _one_node(payload) and _reaches_bandwidth(payload)
+
+        return {"stencil2d": _has_graph_mode, "alltoall": whole_alltoall}.get(name, lambda payload: True)
 
     newest = {key: found[1] for key in runs if (found := _newest(runs, *key, accept(key[0]), device))}
     curves: dict[str, dict[str, dict[int, float]]] = {"alltoall": {}, "stencil2d": {}, "mpdata": {}, "spectral": {}}
