@@ -312,6 +312,10 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/transposition_sha
         stage bench-tco639-1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O640 --levels 137 --fields 3 \
           --steps 20 --out "$dir/results"  # 20 steps: 1.6 s, long enough for the energy counter
         ;;
+      bench-tco639-1)  # one GPU: TCo639 alone, the 1-GPU point a multi-GPU TCo639 run is scaled against
+        stage bench-tco639-1 200 $py -m gridcomm bench spectral --gpu --np 1 --grids O640 --levels 137 --fields 3 \
+          --steps 20 --out "$dir/results"
+        ;;
       bench-halo1) stage bench-halo1 120 $py -m gridcomm bench halo --gpu --np 1 --out "$dir/results" ;;
       bench-stencil2d)  # STENCIL_ARGS: more options (e.g. --sizes 64,1024 --modes traditional,graph)
         stage bench-stencil2d 150 $py -m gridcomm bench stencil2d --np "$ngpu" ${STENCIL_ARGS:-} --out "$dir/results" ;;
