@@ -159,6 +159,8 @@ class RequestWait:
     def __init__(self) -> None:
         usable = blocking_waits_usable(node_spare_cpus())
         self._blocking: BlockingWait | None = BlockingWait() if usable else None
+        if self._blocking is not None:  # its own wait, called straight: one Python call fewer in every wait
+            self.wait = self._blocking.wait  # type: ignore[method-assign]
 
     @property
     def blocking(self) -> bool:
@@ -168,10 +170,8 @@ class RequestWait:
     def wait(self, receives: Sequence[Any], others: Sequence[Any], timeout: float, on_timeout: OnTimeout) -> None:
         """Until every request of ``receives`` (persistent receives, which a blocking wait may cancel and start
         again) and ``others`` is complete; after ``timeout`` seconds raise ``on_timeout(elapsed, outstanding)``,
-        ``outstanding`` the indices (receives first, then others) of those not complete."""
-        if self._blocking is not None:
-            self._blocking.wait(receives, others, timeout, on_timeout)
-            return
+        ``outstanding`` the indices (receives first, then others) of those not complete. (This is the poll; a
+        blocking RequestWait's ``wait`` is its BlockingWait's.)"""
         left = [*receives, *others]  # tested from the end; what is left is a prefix, so its indices are theirs
 
         def done() -> bool:  # the last first: the sends (others) of a channel go before its receives
@@ -188,6 +188,7 @@ class RequestWait:
         if self._blocking is not None:
             self._blocking.close()
             self._blocking = None
+            del self.wait  # the poll again, with nothing to poll
 
 
 class _Watchdog:

@@ -85,6 +85,10 @@ class _P2PChannel(Channel):
         self._send_peers = [m.peer for m in layout.sends]
         self._all = self._recvs + self._sends
         self._waiting = RequestWait()
+        # Made once, not at every wait (on the host a Python call is a tenth of an 8-byte exchange).
+        self._polled, self._wait_for = not self._waiting.blocking, self._waiting.wait
+        self._on_timeout = self._silent_peers
+        self._operation: object = None  # the exchange waited for now, named if it times out
 
     def start(self, stream: Any = None) -> None:
         if stream is not None:
@@ -92,18 +96,18 @@ class _P2PChannel(Channel):
         self._startall(self._all)
 
     def wait(self, timeout: float, operation: object, stream: Any = None) -> None:
-        if not self._waiting.blocking and self._testall(self._all):  # done already: no closures made
+        if self._polled and self._testall(self._all):  # done already
             return
+        self._operation = operation
+        self._wait_for(self._recvs, self._sends, timeout, self._on_timeout)
+
+    def _silent_peers(self, elapsed: float, outstanding: Sequence[int]) -> GridcommTimeout:
+        """Receives not arrived name the silent peers; unfinished sends only if every receive is in."""
         receives = len(self._recvs)
-
-        def silent_peers(elapsed: float, outstanding: Sequence[int]) -> GridcommTimeout:
-            # Receives not arrived name the silent peers; unfinished sends only if every receive is in.
-            silent = sorted({self._recv_peers[i] for i in outstanding if i < receives})
-            if not silent:
-                silent = sorted({self._send_peers[i - receives] for i in outstanding if i >= receives})
-            return _timeout(self._comm, operation, silent, elapsed)
-
-        self._waiting.wait(self._recvs, self._sends, timeout, silent_peers)
+        silent = sorted({self._recv_peers[i] for i in outstanding if i < receives})
+        if not silent:
+            silent = sorted({self._send_peers[i - receives] for i in outstanding if i >= receives})
+        return _timeout(self._comm, self._operation, silent, elapsed)
 
     def close(self) -> None:
         for request in self._all:
