@@ -2,8 +2,9 @@
 
 A ring of ranks, 8 B per peer (one float64 halo cell each side), GPU fields. For each graph-capturable transport,
 with each part enqueued from Python (``replay`` off) and with the exchanger's own graph launched (``replay`` on):
-the host time spent inside ``start()`` and inside ``wait()`` per exchange (medians over the ranks' medians), then
-on rank 0 a cProfile of the enqueued path: the functions with the most time of their own.
+the host time spent inside ``start()`` and inside ``wait()`` per exchange (medians over the ranks' medians), one
+replayed exchange's host time into an idle stream beside its bare graph launch, then on rank 0 a cProfile of the
+replayed and the enqueued path: the functions with the most time of their own.
 
     mpiexec -n 2 python benchmarks/profile_eager.py --out results/
 """
@@ -83,12 +84,22 @@ def _one_launch_s(launch: Callable[[], object], stream: cupy.cuda.Stream, n: int
     return float(np.median(seconds))
 
 
+def _exchange_launches(ex: gridcomm.HaloExchanger, n: int) -> dict[str, float]:
+    """Host seconds of one replayed exchange into an idle stream: its graph launched bare (every rank alike), and
+    the exchange whole (start and wait): the difference is what gridcomm adds to the graph launch."""
+    stream = cupy.cuda.get_current_stream()
+    graph = ex._replayed[1]._graph
+    return {
+        "exchange_graph": _one_launch_s(lambda: graph.launch(stream), stream, n),
+        "exchange_start_wait": _one_launch_s(lambda: ex.start(stream).wait(), stream, n),
+    }
+
+
 def _launch_floor(ex: gridcomm.HaloExchanger, n: int) -> dict[str, float]:
     """Host seconds of one launch into an idle stream, each way a step could make it: the exchanger's own graph
     (every rank launches it alike), the exchange whole (start and wait), an empty kernel through CuPy, the same
     through the driver's cuLaunchKernel from ctypes, and a kernel of the stencil's arguments through CuPy."""
     stream = cupy.cuda.get_current_stream()
-    graph = ex._replayed[1]._graph
     empty = cupy.RawKernel('extern "C" __global__ void empty() {}', "empty")
     seven = cupy.RawKernel(
         'extern "C" __global__ void seven(const double* u, double* v, long long pitch, int a, int b, int c, int d, '
@@ -102,8 +113,7 @@ def _launch_floor(ex: gridcomm.HaloExchanger, n: int) -> dict[str, float]:
     empty((1,), (1,), ())  # loaded before its handle is read
     function, stream_ptr = empty.kernel.ptr, stream.ptr
     return {
-        "exchange_graph": _one_launch_s(lambda: graph.launch(stream), stream, n),
-        "exchange_start_wait": _one_launch_s(lambda: ex.start(stream).wait(), stream, n),
+        **_exchange_launches(ex, n),
         "empty_kernel_cupy": _one_launch_s(lambda: empty((1,), (1,), ()), stream, n),
         "empty_kernel_ctypes": _one_launch_s(
             lambda: driver.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream_ptr, None, None), stream, n
@@ -158,8 +168,13 @@ def main() -> None:
                               f"wait {w * 1e6:6.1f} µs  per exchange {e * 1e6:6.1f} µs", flush=True)  # fmt: skip
                     if replay:
                         _gathered(world, rows, "replay_parts_s", "alone", _replay_parts(ex, EXCHANGES))
-                        if transport == "ipc":
-                            _gathered(world, rows, "one_launch_s", "one launch, idle stream", _launch_floor(ex, 1000))
+                        floor = _launch_floor if transport == "ipc" else _exchange_launches
+                        _gathered(world, rows, "one_launch_s", "one launch, idle stream", floor(ex, 1000))
+                        text = _profile(ex, 1000)
+                        if world.rank == 0:
+                            profiles[f"{transport} replayed"] = text
+                            print(f"--- cProfile of 1000 replayed {transport} exchanges, rank 0", flush=True)
+                            print(text, flush=True)
                 ex.replay = False
                 text = _profile(ex, 1000)
                 if world.rank == 0:

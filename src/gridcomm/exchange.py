@@ -145,12 +145,17 @@ class ExchangeHandle:
         """
         if self.done:
             return
-        lean = self._exchanger._lean
-        if self.replayed and lean is not None:  # the exchanger's own graph, its waits on the GPU: read the reports
+        exchanger, lean = self._exchanger, self._exchanger._lean
+        if self.replayed and lean is not None:  # the exchanger's own graph: read the reports, book the replay
             for report in lean[2]:
                 if report[0]:
-                    break
+                    break  # a GPU-side wait gave up: the whole way names it
             else:
+                try:
+                    for track in lean[4]:
+                        track(self.stream, exchanger._in_flight, exchanger.timeout)
+                except GridcommTimeout as error:
+                    exchanger._give_up(error)
                 self.done, self.replayed = True, False
                 return
         self._exchanger._complete(self.stream)
@@ -563,12 +568,21 @@ class BoundExchange:
         self._replay = self._can_replay and eager_replay()
         self._prepares = any(prepares(group.channel) for group in self._groups)
         self._replayed: tuple[float, CapturedExchange] | None = None  # (the timeout it was captured with, graph)
-        # (timeout, graph, the channels' GPU wait reports) once the exchanger's own graph has run, where every
-        # channel waits on the GPU (ipc, nvshmem): start() then only launches the graph and wait() only reads the
-        # reports (host time of one exchange: 1.8 of 3.8 µs was Python, 4 x H200). Dropped on every change.
-        self._lean: tuple[float, Any, list[Any]] | None = None
-        reports = [group.channel.gpu_report for group in self._groups]
-        self._lean_reports = reports if all(report is not None for report in reports) else None
+        # (timeout, graph, GPU wait reports, checks, trackers) once the exchanger's own graph has run, where every
+        # channel waits on the GPU (ipc, nvshmem: their reports) or only books its replays (nccl: its check and
+        # tracker): start() then only checks and launches the graph, wait() only reads the reports and books the
+        # replay (host time of one exchange: 1.8 of 3.8 µs was Python, 4 x H200). Dropped on every change.
+        self._lean: tuple[float, Any, list[Any], list[Any], list[Any]] | None = None
+        channels = [group.channel for group in self._groups]
+        self._lean_parts = (
+            (
+                [c.gpu_report for c in channels if c.gpu_report is not None],
+                [c.replay_check for c in channels if c.replay_check is not None],
+                [c.replay_track for c in channels if c.replay_track is not None],
+            )
+            if all(c.gpu_report is not None or c.replay_track is not None for c in channels)
+            else None
+        )
         self._current_stream = self.xp.cuda.get_current_stream if self.on_device else None
         log.info("ready: %r", self)
 
@@ -637,6 +651,11 @@ class BoundExchange:
         if lean is not None and self._handle.done and lean[0] == self.timeout:  # the replay, in the fewest steps
             stream = stream if stream is not None else self._current_stream()
             if not stream.is_capturing():
+                try:
+                    for check in lean[3]:
+                        check()
+                except GridcommTimeout as error:
+                    self._give_up(error)
                 lean[1].launch(stream)
                 self.count += 1
                 handle = self._handle
@@ -694,8 +713,8 @@ class BoundExchange:
         except GridcommTimeout as error:
             self._give_up(error)
         self._replayed[1].launch(stream)
-        if self._lean_reports is not None:
-            self._lean = (self.timeout, self._replayed[1]._graph, self._lean_reports)
+        if self._lean_parts is not None:
+            self._lean = (self.timeout, self._replayed[1]._graph, *self._lean_parts)
         self.count += 1
         self._handle.done, self._handle.stream, self._handle.replayed = False, stream, True
         return self._handle

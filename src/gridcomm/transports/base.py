@@ -34,6 +34,11 @@ class Channel(ABC):
     # The host-mapped words a GPU-side wait writes when it gives up (word 0 nonzero), for channels whose waits run
     # on the GPU (GpuWaitChannel); None where the host waits.
     gpu_report: Any = None
+    # For channels whose replays the host only books (nccl): what the exchanger's lean replay calls instead of
+    # before_pack (``replay_check()``, which may raise a timeout found meanwhile) and instead of wait
+    # (``replay_track(stream, operation, timeout)``), knowing the stream is not being captured; None elsewhere.
+    replay_check: Any = None
+    replay_track: Any = None
 
     def before_pack(self, stream: Any, timeout: float) -> None:  # noqa: B027 (optional hook)
         """Before the pack is enqueued: make sure the destinations may be written (if the transport must)."""

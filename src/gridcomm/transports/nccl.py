@@ -174,6 +174,7 @@ class _NcclChannel(Channel):
         self._free_events: list[Any] = []
         self._timed_out: GridcommTimeout | None = None
         self._aborted = ""  # why the communicator was aborted: nothing may use it afterwards
+        self.replay_check, self.replay_track = self._usable, self._track  # the exchanger's lean replay
         # NCCL connects a pair of ranks on their first send/recv, and that needs both on the host: connect
         # now, while every rank is here (binding is collective), so that no exchange blocks in groupEnd.
         warm_up = cupy.cuda.Stream(non_blocking=True)
@@ -218,7 +219,13 @@ class _NcclChannel(Channel):
         while the stream is captured into a graph (its replays are waited for by whoever launches them)."""
         self._usable()
         stream = stream if stream is not None else self._cupy.cuda.get_current_stream()
-        if stream.is_capturing() or not (self._recvs or self._sends):
+        if not stream.is_capturing():
+            self._track(stream, operation, timeout)
+
+    def _track(self, stream: Any, operation: object, timeout: float) -> None:
+        """Hand the exchange just enqueued on ``stream`` (not being captured) to the watchdog; wait on the host for
+        the oldest if MAX_AHEAD are in flight."""
+        if not (self._recvs or self._sends):
             return
         pinned = getattr(operation, "pinned", None)  # the exchange's name with its number as it is now
         named = pinned() if pinned is not None else operation
