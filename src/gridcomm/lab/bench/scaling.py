@@ -373,10 +373,12 @@ def stencil2d_s(
     m: Machine, gpus: int, n: int, one_gpu_s: float, kernel_s: float = KERNEL_FLOOR_S, itemsize: int = 8
 ) -> float:
     """A step of n x n points per GPU (weak scaling) on the process grid gridcomm picks, ranks filling nodes in
-    order, as the graph-replayed step runs it: each rank's exchange beside its interior update, then its boundary
-    strips, one kernel per side that has a neighbour, one after another (each its points' share of the one-GPU
-    step, at least ``kernel_s``, one kernel's time where a step is all latency); the slowest rank's, at least the
-    one-GPU step."""
+    order, as the graph-replayed step runs it: each rank's exchange beside its interior update (the one-GPU step),
+    then its boundary strips, one kernel per side that has a neighbour, one after another. The first strip ends
+    ``kernel_s`` (one kernel's time where a step is all latency) after the exchange has landed, a launch that
+    waits for it, or KERNEL_FLOOR_S after the interior update, queued behind it, whichever is later; each further
+    strip follows at KERNEL_FLOOR_S. A strip takes at least its points' share of the one-GPU step. The slowest
+    rank's, at least the one-GPU step."""
     if gpus == 1:
         return one_gpu_s
     side = n * gpus
@@ -393,7 +395,11 @@ def stencil2d_s(
                 else:
                     off += n * itemsize
         strips = (on + off) // (n * itemsize)
-        worst = max(worst, m.exchange_s(on, off, gpus, n * itemsize) + strips * max(kernel_s, one_gpu_s / n))
+        if strips:
+            share = one_gpu_s / n  # a strip's points' share of the one-GPU step
+            first = max(m.exchange_s(on, off, gpus, n * itemsize) + max(kernel_s, share),
+                        one_gpu_s + max(KERNEL_FLOOR_S, share))  # fmt: skip
+            worst = max(worst, first + (strips - 1) * max(KERNEL_FLOOR_S, share))
     return max(one_gpu_s, worst)
 
 
