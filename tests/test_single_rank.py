@@ -417,3 +417,50 @@ def test_ipc_goes_one_way_for_small_messages_only():
         assert not small.goes_one_way(comm, layout(40), SimpleNamespace(send_nbytes=101))  # its own copy too
         assert small.goes_one_way(comm, layout(), SimpleNamespace(send_nbytes=100))
         assert not IpcTransport(one_way_bytes=0).goes_one_way(comm, layout(8))
+
+
+def test_the_lean_replay_launches_reads_the_reports_and_books(decompose):
+    """The lean way of a replayed exchange (GPU-only in use; driven here with stand-ins on one rank): start() runs
+    the checks and launches the graph, wait() reads the GPU waits' reports and books the replay; a report that says
+    a wait gave up takes the whole way, and a check that raises a timeout gives up and leaves the lean way."""
+    from gridcomm.exchange import _LeanReplay
+
+    calls = []
+
+    class Stream:
+        def is_capturing(self) -> bool:
+            return False
+
+    class Graph:
+        def launch(self, stream) -> None:
+            calls.append("launch")
+
+    d = decompose((6,), halo=1, periodic=False)
+    with HaloExchanger(d, d.zeros(), "mpi", on_timeout="raise") as ex:
+        report = np.zeros(4, dtype=np.int64)
+        stream = Stream()
+
+        def track(on, operation, timeout) -> None:
+            calls.append(("track", on is stream, timeout))
+
+        ex._lean = _LeanReplay(ex.timeout, Graph(), [report], [lambda: calls.append("check")], [track])
+        handle = ex.start(stream)
+        assert handle.replayed and not handle.done and ex.count == 1
+        handle.wait()
+        assert handle.done and not handle.replayed
+        assert calls == ["check", "launch", ("track", True, ex.timeout)]
+        ex.timeout = ex.timeout + 1  # captured with another limit: not the lean way (nor a replay, on the host)
+        ex.start(stream).wait()
+        assert calls[3:] == [] and ex.count == 2
+        ex.timeout -= 1
+        report[0] = 1  # a GPU-side wait gave up: wait() takes the whole way (which completes this host exchange)
+        ex.start(stream).wait()
+        assert calls[3:] == ["check", "launch"] and ex._lean is not None
+
+        def late() -> None:
+            raise GridcommTimeout("halo exchange #4 (a check)", 0, [1], 1.0)
+
+        ex._lean = ex._lean._replace(checks=[late])
+        with pytest.raises(GridcommTimeout, match="a check"):
+            ex.start(stream)
+        assert ex._lean is None

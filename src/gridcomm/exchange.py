@@ -13,7 +13,7 @@ import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn, Self
+from typing import Any, ClassVar, NamedTuple, NoReturn, Self
 
 import numpy as np
 
@@ -122,6 +122,17 @@ class _InFlight:
         return format(str(self), spec)
 
 
+class _LeanReplay(NamedTuple):
+    """What a replay of an exchanger's own graph needs once it has run, where every channel waits on the GPU or
+    only books its replays: start() runs the checks and launches the graph, wait() reads the reports and books."""
+
+    timeout: float  # the GPU-side waits' limit the graph was captured with
+    graph: Any  # the exchanger's own CUDA graph
+    reports: list[Any]  # GPU-side waits' host-mapped words (ipc, nvshmem): nonzero where one gave up
+    checks: list[Any]  # called before the launch: raise a timeout found meanwhile (nccl)
+    trackers: list[Any]  # called by wait() with (stream, operation, timeout): book the replay (nccl)
+
+
 class ExchangeHandle:
     """An exchange in flight: ``wait()`` completes it (received data is in place when it returns)."""
 
@@ -145,23 +156,24 @@ class ExchangeHandle:
         """
         if self.done:
             return
-        exchanger, lean = self._exchanger, self._exchanger._lean
+        exchanger = self._exchanger
+        lean = exchanger._lean
         if self.replayed and lean is not None:  # the exchanger's own graph: read the reports, book the replay
-            for report in lean[2]:
+            for report in lean.reports:
                 if report[0]:
                     break  # a GPU-side wait gave up: the whole way names it
             else:
                 try:
-                    for track in lean[4]:
+                    for track in lean.trackers:
                         track(self.stream, exchanger._in_flight, exchanger.timeout)
                 except GridcommTimeout as error:
                     exchanger._give_up(error)
                 self.done, self.replayed = True, False
                 return
-        self._exchanger._complete(self.stream)
+        exchanger._complete(self.stream)
         self.done = True
-        if self._exchanger._validator is not None:
-            self._exchanger._validate(self.stream)
+        if exchanger._validator is not None:
+            exchanger._validate(self.stream)
 
 
 class CapturedExchange:
@@ -568,11 +580,11 @@ class BoundExchange:
         self._replay = self._can_replay and eager_replay()
         self._prepares = any(prepares(group.channel) for group in self._groups)
         self._replayed: tuple[float, CapturedExchange] | None = None  # (the timeout it was captured with, graph)
-        # (timeout, graph, GPU wait reports, checks, trackers) once the exchanger's own graph has run, where every
-        # channel waits on the GPU (ipc, nvshmem: their reports) or only books its replays (nccl: its check and
-        # tracker): start() then only checks and launches the graph, wait() only reads the reports and books the
-        # replay (host time of one exchange: 1.8 of 3.8 µs was Python, 4 x H200). Dropped on every change.
-        self._lean: tuple[float, Any, list[Any], list[Any], list[Any]] | None = None
+        # Set once the exchanger's own graph has run, where every channel waits on the GPU (ipc, nvshmem: their
+        # reports) or only books its replays (nccl: its check and tracker): start() then only checks and launches
+        # the graph, wait() only reads the reports and books the replay (host time of one exchange: 1.8 of 3.8 µs
+        # was Python, 4 x H200). Dropped on every change. _lean_parts: its reports, checks and trackers, or None.
+        self._lean: _LeanReplay | None = None
         channels = [group.channel for group in self._groups]
         self._lean_parts = (
             (
@@ -648,15 +660,15 @@ class BoundExchange:
         neither what is received nor what is sent may run in between (for GPU fields: on another stream).
         """
         lean = self._lean
-        if lean is not None and self._handle.done and lean[0] == self.timeout:  # the replay, in the fewest steps
+        if lean is not None and self._handle.done and lean.timeout == self.timeout:  # the replay, fewest steps
             stream = stream if stream is not None else self._current_stream()
             if not stream.is_capturing():
                 try:
-                    for check in lean[3]:
+                    for check in lean.checks:
                         check()
                 except GridcommTimeout as error:
                     self._give_up(error)
-                lean[1].launch(stream)
+                lean.graph.launch(stream)
                 self.count += 1
                 handle = self._handle
                 handle.done, handle.stream, handle.replayed = False, stream, True
@@ -714,7 +726,7 @@ class BoundExchange:
             self._give_up(error)
         self._replayed[1].launch(stream)
         if self._lean_parts is not None:
-            self._lean = (self.timeout, self._replayed[1]._graph, *self._lean_parts)
+            self._lean = _LeanReplay(self.timeout, self._replayed[1]._graph, *self._lean_parts)
         self.count += 1
         self._handle.done, self._handle.stream, self._handle.replayed = False, stream, True
         return self._handle
