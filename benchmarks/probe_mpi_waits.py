@@ -190,46 +190,35 @@ def probe(comm: Communicator, n: int, profile: bool = False) -> dict:
         own_copy()
         MPI.Request.Waitall(channel._all)
 
-    def its_requests_split() -> None:
-        MPI.Prequest.Startall(channel._all)
-        own_copy()
-        MPI.Request.Waitall(channel._recvs)
-        while not MPI.Request.Testall(channel._sends):
-            pass
+    def split(recvs: list, sends: list, copy_at: str) -> Callable[[], None]:
+        """The requests completed as the blocking wait does (the receives' Waitall, then the sends tested in a
+        loop), the own block copied ``first`` (before posting), once ``posted`` or once ``received``."""
+        every = recvs + sends
 
-    def its_requests_copy_first() -> None:  # the own block copied before anything is posted
-        own_copy()
-        MPI.Prequest.Startall(channel._all)
-        MPI.Request.Waitall(channel._recvs)
-        while not MPI.Request.Testall(channel._sends):
-            pass
+        def run() -> None:
+            if copy_at == "first":
+                own_copy()
+            MPI.Prequest.Startall(every)
+            if copy_at == "posted":
+                own_copy()
+            MPI.Request.Waitall(recvs)
+            if copy_at == "received":
+                own_copy()
+            while not MPI.Request.Testall(sends):
+                pass
 
-    def its_requests_copy_between() -> None:  # copied once the receives are in, while the sends complete
-        MPI.Prequest.Startall(channel._all)
-        MPI.Request.Waitall(channel._recvs)
-        own_copy()
-        while not MPI.Request.Testall(channel._sends):
-            pass
+        return run
 
     def ring(requests: list, peers: list) -> list:  # from the next rank on, as the ring goes
         return [r for _, r in sorted(zip(((p - mpi.rank) % mpi.size for p in peers), requests, strict=True))]
 
     ring_recvs, ring_sends = ring(channel._recvs, channel._recv_peers), ring(channel._sends, channel._send_peers)
-    ring_all = ring_recvs + ring_sends
-
-    def its_requests_ring() -> None:  # posted from the next rank on, the own block copied after the receives
-        MPI.Prequest.Startall(ring_all)
-        MPI.Request.Waitall(ring_recvs)
-        own_copy()
-        while not MPI.Request.Testall(ring_sends):
-            pass
-
     ways |= {
-        "its requests in ring order, copy after receives": its_requests_ring,
-        "its requests, copy first, split": its_requests_copy_first,
-        "its requests, copy after receives": its_requests_copy_between,
+        "its requests in ring order, copy after receives": split(ring_recvs, ring_sends, "received"),
+        "its requests, copy first, split": split(channel._recvs, channel._sends, "first"),
+        "its requests, copy after receives": split(channel._recvs, channel._sends, "received"),
         "its requests + copy, Waitall": its_requests_waitall,
-        "its requests + copy, split": its_requests_split,
+        "its requests + copy, split": split(channel._recvs, channel._sends, "posted"),
         "its own copy alone": own_copy,
     }
     expect = np.empty_like(after)
