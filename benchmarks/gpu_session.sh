@@ -259,7 +259,7 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
           --transport auto --np "$ngpu" --plot "$dir/results/mpdata-run-gpu.png"
         ;;
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ${TUNE_FFT:-} ;;  # TUNE_FFT: e.g. --per-length --batches 412
-      tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ;;
+      tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ${TUNE_BUCKETS_ARGS:-} ;;
       tune-pipeline) stage tune-pipeline 300 $py benchmarks/tune_pipeline.py --out "$dir/results" ${TUNE_PIPELINE:-} ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
       tune-pack)  # the pack and unpack launches alone, 2 ranks (sharing the GPU where there is one), each timed alone;
@@ -283,11 +283,11 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
           --fields 3 --steps 3 --transports auto --out "$dir/results"
         ;;
       bench-spectral-pipeline)  # TCo639 on every GPU, the transpositions overlapped with the FFTs or not;
-        # SPECTRAL_TRANSPORTS, SPECTRAL_PIPELINE and SPECTRAL_SLICES: other labels (e.g. ipc/blocks=16), group
-        # counts and slice counts; SPECTRAL_SECONDS: the stage's limit
+        # SPECTRAL_TRANSPORTS and SPECTRAL_PIPELINE: other labels (e.g. ipc/blocks=16) and group counts;
+        # SPECTRAL_SECONDS: the stage's limit
         stage bench-spectral-pipeline "${SPECTRAL_SECONDS:-300}" $py -m gridcomm bench spectral --gpu --np "$ngpu" \
           --grids O640 --levels 137 --fields 3 --steps 3 --transports "${SPECTRAL_TRANSPORTS:-ipc,nccl}" \
-          --pipeline "${SPECTRAL_PIPELINE:-1,4}" --slices "${SPECTRAL_SLICES:-1,4}" --no-peer --out "$dir/results"
+          --pipeline "${SPECTRAL_PIPELINE:-1,4,8}" --no-peer --out "$dir/results"
         ;;
       spectral-probe)  # where TCo639's pipelined run on every GPU stopped (2026-11-26: ranks 1-3 timed out in the
         # first Transposer() while rank 0 never came): a small grid first, then TCo639 with a long timeout, every
@@ -303,6 +303,11 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
             --pipeline 1 --no-peer --out "$dir/results"
           kill "$probe" 2>/dev/null
         done
+        ;;
+      tune-transposition-kernel)  # TCo639 pipelined, ipc's copy kernel in several shapes (TUNE_SHAPES), every GPU
+        stage tune-transposition-kernel 400 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_transposition_kernel.py', '--out', \
+'$dir/results'] + (['--shapes', '${TUNE_SHAPES:-}'] if '${TUNE_SHAPES:-}' else [])))"
         ;;
       transposition-shape)  # TCo639's transposition against contiguous blocks of the same bytes, every GPU
         stage transposition-shape 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \

@@ -2,10 +2,12 @@
 (inverse and direct) of O640 for each bucket limit (padding) and product size per call (chunks), at each batch,
 timed with CUDA events on one GPU (eager: CuPy refuses cuBLAS inside a graph capture), beside the FP64
 matrix-product rate of the same run; and, per case, the products alone (the moves around them skipped), which
-says how much of the phase the moves cost.
+says how much of the phase the moves cost. ``--ranks``: also the share of one rank of a distributed transform
+over that many ranks (its wavenumbers, ``wavenumber_sets``), each on this one GPU: what a rank of a multi-GPU run
+does in its Legendre phase, whose products are smaller.
 
     python3 benchmarks/tune_buckets.py --out DIR [--grid O640] [--batches 31,412] [--buckets 4,16,64]
-                                       [--product-mib 16,64,256,4096]
+                                       [--product-mib 16,64,256,4096] [--ranks 1,4]
 
 Writes DIR/tune-buckets-gpu-1r-<time>.json and prints one line per case. MAX_BUCKETS_GPU and GPU_PRODUCT_BYTES in
 apps/spectral/transform.py come from this run.
@@ -25,6 +27,7 @@ from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
 from gridcomm.lab.apps.spectral import operands
 from gridcomm.lab.apps.spectral import transform as spectral
+from gridcomm.lab.apps.spectral.distribution import wavenumber_sets
 from gridcomm.lab.apps.spectral.dwarf import random_coefficients
 from gridcomm.lab.bench.results import write_results
 from gridcomm.lab.bench.spectral import legendre_flops, matmul_gflops
@@ -68,6 +71,7 @@ def main() -> int:
     parser.add_argument("--batches", default="31,412")
     parser.add_argument("--buckets", default="4,16,64")
     parser.add_argument("--product-mib", default="16,64,256,4096")
+    parser.add_argument("--ranks", default="1", help="ranks whose first rank's share is timed, comma-separated")
     args = parser.parse_args()
     import cupy
 
@@ -79,30 +83,34 @@ def main() -> int:
     ceilings = {
         b: matmul_gflops(comm, grid, t, b, xp=cupy, stack=2 * ((t + 1) // spectral.MAX_BUCKETS_GPU)) for b in batches
     }
-    for buckets in (int(b) for b in args.buckets.split(",")):
+    cases = [(int(r), int(b)) for r in args.ranks.split(",") for b in args.buckets.split(",")]
+    for ranks, buckets in cases:
         spectral.MAX_BUCKETS_GPU = buckets
-        transform = spectral.SpectralTransform(grid, xp=cupy)
+        ms = wavenumber_sets(t, ranks)[0]
+        transform = spectral.SpectralTransform(grid, wavenumbers=ms, xp=cupy)
         for batch in batches:
-            a = cupy.asarray(random_coefficients(t, np.arange(t + 1), batch))
+            a = cupy.asarray(random_coefficients(t, ms, batch))
             for mib in (int(m) for m in args.product_mib.split(",")):
                 spectral.GPU_PRODUCT_BYTES = mib * 2**20
                 seconds = seconds_per_round_trip(transform, a, cupy)
                 with products_only():
                     products = seconds_per_round_trip(transform, a, cupy)
-                rate, ceiling = legendre_flops(grid, t, batch) / seconds / 1e9, ceilings[batch]
+                rate, ceiling = legendre_flops(grid, t, batch) / ranks / seconds / 1e9, ceilings[batch]
                 row = {
-                    "batch": batch, "buckets": buckets, "product_MiB": mib, "seconds": seconds,
+                    "ranks": ranks, "batch": batch, "buckets": buckets, "product_MiB": mib, "seconds": seconds,
                     "products_only_s": products, "GFLOPs": rate, "matmul_GFLOPs": ceiling,
                 }  # fmt: skip
                 rows.append(row)
-                print(f"{grid.name} batch {batch:4d} buckets {buckets:3d} product {mib:5d} MiB: {seconds * 1e3:8.2f} ms"
+                print(f"{grid.name} 1/{ranks} batch {batch:4d} buckets {buckets:3d} product {mib:5d} MiB: "
+                      f"{seconds * 1e3:8.2f} ms"
                       f" (products alone {products * 1e3:7.2f} ms)  {rate:8.0f} GFLOP/s "
                       f"({100 * rate / ceiling:4.1f} % of {ceiling:.0f})", flush=True)  # fmt: skip
             del a
             transform._scratch_arrays.clear()
             cupy.get_default_memory_pool().free_all_blocks()
         del transform
-    config = {"grid": args.grid, "batches": args.batches, "buckets": args.buckets, "product_mib": args.product_mib}
+    config = {"grid": args.grid, "batches": args.batches, "buckets": args.buckets, "product_mib": args.product_mib,
+              "ranks": args.ranks}  # fmt: skip
     print(f"wrote {write_results(args.out, 'tune-buckets', machine_info(1, gpus_used=1), config, rows)}")
     return 0
 

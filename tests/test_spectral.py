@@ -162,6 +162,50 @@ def test_row_shares_fall_back_to_bands_where_there_are_too_few_rows():
         assert all(np.array_equal(a, b) for a, b in zip(shares, bands, strict=True))
 
 
+@pytest.mark.parametrize("n, nranks, groups", [(640, 4, 4), (640, 4, 8), (24, 3, 3), (17, 4, 2), (8, 16, 3)])
+def test_row_groups_keep_rows_and_points_in_one_ratio(n, nranks, groups):
+    """A pipelined rank's groups of rows (``row_groups``) hold all its rows once, each group ascending, every row
+    beside its mirror in the other hemisphere, and as many rows as points would say: where the rows pair evenly
+    (O640 over 4 ranks) every group has 4 rows per 2 x (nlon[0] + nlon[N - 1]) points, and as many as the
+    others."""
+    from gridcomm.lab.apps.spectral.distribution import row_groups
+
+    grid = OctahedralGrid(n)
+    for band in row_shares(grid.nlon, nranks):
+        cut = row_groups(band, grid.nlon, groups)
+        assert 1 <= len(cut) <= groups
+        assert np.array_equal(np.sort(np.concatenate(cut)), band)
+        last = 2 * n - 1
+        for rows in cut:
+            assert np.array_equal(rows, np.sort(rows))
+            assert all((last - r) in rows or (last - r) not in band for r in rows.tolist())
+        if n == 640:
+            quad_points = 2 * (grid.nlon[0] + grid.nlon[n - 1])
+            assert len(cut) == groups and len({len(rows) for rows in cut}) == 1
+            for rows in cut:
+                assert len(rows) % 4 == 0 and int(grid.nlon[rows].sum()) * 4 == len(rows) * quad_points
+
+
+def test_values_layout_may_place_every_row():
+    """A Fourier half may read and write its rows anywhere in wider grid-value arrays: each row's first point given
+    (a pipelined dwarf's group of rows that are not consecutive on its rank); a wrong list is refused."""
+    whole = SpectralTransform(16)
+    rows = np.array([1, 5, 6, 30])
+    starts = np.concatenate([[0], np.cumsum(whole.grid.nlon)])[rows]
+    part = SpectralTransform(16, rows=rows, values_layout=(starts, whole.points))
+    values = np.random.default_rng(3).standard_normal((2, whole.points))
+    got = part.fourier_direct(values)
+    want = whole.fourier_direct(values)[:, :, rows]
+    assert np.array_equal(got, want)
+    back = np.zeros_like(values)
+    part.fourier_inverse(got, out=back)
+    points = whole.grid.points_of(rows)
+    assert np.array_equal(back[:, points], whole.fourier_inverse(whole.fourier_direct(values))[:, points])
+    assert not np.delete(back, points, axis=1).any()  # no other point written
+    with pytest.raises(ValueError, match="values_layout"):
+        SpectralTransform(16, rows=rows, values_layout=(starts[:2], whole.points))
+
+
 @pytest.mark.parametrize("truncation", [0, 1, 15, 16, 639])
 @pytest.mark.parametrize("nranks", [1, 2, 4, 8])
 def test_wavenumber_sets_pair_m_with_t_minus_m(truncation, nranks):

@@ -123,7 +123,6 @@ def benchmark_spectral(
     graphs: bool | None = None,
     fft_streams: int | None = None,
     pipeline: int = 1,
-    slices: int = 1,
     peer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
@@ -132,14 +131,13 @@ def benchmark_spectral(
     bandwidth (``fft_bytes`` per rank over its time) beside the HBM copy bandwidth on the GPU (None on the
     CPU), and the round-trip error; ``peer`` (``ducc0_peer`` of the same grid and batch) as ``ducc0_*`` entries,
     None where not given. ``transport`` is a transport's name or label (``transports.by_label``); with
-    ``pipeline`` groups of rows or ``slices`` of the batch the step overlaps the transpositions with the compute
-    (run_spectral), and
+    ``pipeline`` chunks the step overlaps the transpositions with the compute (run_spectral), and
     ``exposed_fraction`` is the share of the step that the transpositions add beyond the compute.
     Rates per rank assume the work is shared evenly (wavenumbers in pairs, rows by points)."""
     octahedral = OctahedralGrid(grid)
     r = run_spectral(
         comm, octahedral, levels=levels, fields=fields, steps=steps, transport=by_label(transport), gpu=gpu,
-        graphs=graphs, fft_streams=fft_streams, pipeline=pipeline, slices=slices,
+        graphs=graphs, fft_streams=fft_streams, pipeline=pipeline,
     )  # fmt: skip
     r["transport_label"] = transport
     t, batch = r["truncation"], r["batch"]
@@ -181,10 +179,9 @@ def benchmark_spectral(
 
 
 def spectral_case(r: dict[str, Any]) -> str:
-    """A row's transport (its label where one was given) and, pipelined, its groups of rows and slices of the
-    batch."""
-    cuts = [f"{r[key]} {name}" for key, name in (("pipeline", "groups"), ("slices", "slices")) if r.get(key, 1) > 1]
-    return ", ".join([r.get("transport_label") or r["transport"], *cuts])
+    """A row's transport (its label where one was given) and, pipelined, its groups of rows."""
+    label = r.get("transport_label") or r["transport"]
+    return label if r.get("pipeline", 1) == 1 else f"{label}, {r['pipeline']} groups"
 
 
 def plot_spectral(payload: dict[str, Any], png: Path) -> Path:

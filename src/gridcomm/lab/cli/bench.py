@@ -714,14 +714,6 @@ def bench_spectral(
             "of the others (with --gpu and graphs; 1: every row at once)."
         ),
     ] = "1",
-    slices: Annotated[
-        str,
-        typer.Option(
-            help="Slices of the batch, comma-separated counts: each slice's transpositions overlap the other "
-            "slices' Legendre products and FFTs (with --gpu and graphs; 1: every field at once). Every count "
-            "runs with every --pipeline count."
-        ),
-    ] = "1",
     gpu: GpuOption = False,
     graphs: Annotated[
         bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
@@ -745,20 +737,15 @@ def bench_spectral(
     transport_list = name_list(transports, "--transports")
     options = {"levels": levels, "fields": fields, "steps": steps, "gpu": gpu, "fft_streams": fft_streams}
     with bench_ranks(nprocs, gpu) as comm:
-        several = comm.size > 1  # one rank transposes nothing: nothing to overlap
-        cuts = [
-            (groups, count)
-            for groups in (int_list(pipeline, "--pipeline") if several else [1])
-            for count in (int_list(slices, "--slices") if several else [1])
-        ]
-        _bench_spectral(comm, grid_list, transport_list, cuts, options, graphs, peer, out)
+        group_counts = int_list(pipeline, "--pipeline") if comm.size > 1 else [1]
+        _bench_spectral(comm, grid_list, transport_list, group_counts, options, graphs, peer, out)
 
 
 def _bench_spectral(
     comm: Any,
     grid_list: list[str],
     transport_list: list[str],
-    cuts: list[tuple[int, int]],
+    group_counts: list[int],
     options: dict[str, Any],
     graphs: bool,
     peer: bool,
@@ -774,7 +761,7 @@ def _bench_spectral(
             f"one rank has no transposition: one case per grid, not one per transport of {','.join(transport_list)}"
         )
         transport_list = transport_list[:1]
-    cases = [(t, groups, count) for t in transport_list for groups, count in cuts]
+    cases = [(t, k) for t in transport_list for k in group_counts]
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list) * len(cases))
@@ -782,12 +769,12 @@ def _bench_spectral(
             octahedral = OctahedralGrid(grid)
             bar.update(task, description=f"spectral {grid}: the ducc0 peer" if peer else f"spectral {grid}")
             peer_timing = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
-            for transport, groups, count in cases:  # ESCAPE D3.4's Figure 4: one step, each transport
-                bar.update(task, description=f"spectral {grid}, {transport}, {groups} group(s), {count} slice(s)")
+            for transport, groups in cases:  # ESCAPE D3.4's Figure 4: one step, each transport
+                bar.update(task, description=f"spectral {grid}, transport {transport}, {groups} group(s)")
                 rows.append(
                     benchmark_spectral(
                         comm, grid, **options, transport=transport, graphs=gpu and graphs, pipeline=groups,
-                        slices=count, peer=peer_timing,
+                        peer=peer_timing,
                     )
                 )  # fmt: skip
                 bar.advance(task)
@@ -799,8 +786,7 @@ def _bench_spectral(
             "fields": fields,
             "steps": options["steps"],
             "transports": transport_list,
-            "pipeline": sorted({groups for groups, _ in cuts}),
-            "slices": sorted({count for _, count in cuts}),
+            "pipeline": group_counts,
             "gpu": gpu,
             "graphs": gpu and graphs,
             "fft_streams": options["fft_streams"],

@@ -10,11 +10,9 @@ coefficients F_m(row) move:
   m in rank order;
 - direct: the way back.
 
-The transform is cut into parts that are transposed apart (the pipeline): the batch into ``slices`` and every
-rank's rows into ``pipeline`` groups, part (s, g) being slice s's fields on group g's rows. The Legendre side
-of a slice is one flat buffer of blocks (``operands.RowLayout``): per group of rows g and then per rank q, the
-C-contiguous (slice's batch, my m, q's rows of g) array that goes to q, so that every message is one contiguous
-range there, and one box of runs of my m x its rows on the Fourier side of the part (a 1-D range pairs with any
+The Legendre side is one flat buffer of blocks (``operands.RowLayout``): per group of rows g (``pipeline``) and
+then per rank q, the C-contiguous (batch, my m, q's rows of g) array that goes to q, so that every message is one
+contiguous range there, and one box of runs of my m x its rows on the Fourier side (a 1-D range pairs with any
 box of as many elements, also for ipc's direct copies: ``packing.geometry.paired_grids``). The Legendre half
 reads and writes the blocks through the layout's per-row tables. One rank keeps the plain (batch, m, 2N) array,
 which is its Fourier side as well.
@@ -39,12 +37,12 @@ from ....arguments import flag, whole_number
 from ....arrays import resolve_array_module, to_host
 from ....comm import Communicator
 from ....device import HIGHEST_PRIORITY, cupy_or_none
-from ....errors import ArgumentError, DeviceError, FieldError, GridcommError
+from ....errors import ArgumentError, DeviceError, GridcommError
 from ....graphs import capture
 from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
-from .distribution import row_shares, wavenumber_sets
+from .distribution import row_groups, row_shares, wavenumber_sets
 from .operands import RowLayout
 from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
@@ -69,20 +67,15 @@ class DistributedTransform:
         graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
             transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
-        pipeline: cut every rank's latitude rows into this many groups (at most its fewest rows).
-        slices: cut the batch into this many slices (at most ``batch``), each of which goes through its
-            Legendre products, its transpositions and its FFTs apart from the others.
-
-    Pipelined (``pipeline`` or ``slices`` above 1), each part (slice s, group of rows g) is moved by a
-    transposition of its own. With ``graphs`` these run on a stream of their own (the highest priority; ``"ipc"``
-    there is ipc's kernel on PIPELINE_IPC_BLOCKS blocks) while the compute of other parts runs: every part's
-    first half and transposition is issued before any part's second half, so that the transpositions hide
-    behind the FFTs of the other parts and, where the batch is sliced, behind the other slices' Legendre products
-    too (row groups alone cannot overlap those: a wavenumber's products need every row). The compute is cut, not
-    multiplied: the same products and FFTs on fewer fields or rows at a time. Needs a transport a CUDA graph can
-    replay (ipc, nccl). Without graphs, or with ``overlap`` False, the parts run one phase after the other,
-    each phase timed (what a benchmark compares the overlap with). Default 1 and 1: one transposition of
-    every row and field.
+        pipeline: cut every rank's latitude rows into at most this many groups (``distribution.row_groups``:
+            as many rows as points would say in each), each moved by a transposition of its own: with ``graphs``
+            the transposition of a group runs on a stream of its own (the highest priority; ``"ipc"`` there is
+            ipc's kernel on PIPELINE_IPC_BLOCKS blocks) while the FFTs of another group run, so that the
+            transpositions hide behind the FFTs (the Legendre products, which need every row, come before them
+            in the inverse and after them in the direct transform). The row FFTs are cut, not multiplied, so the
+            compute costs what it did. Needs a transport a CUDA graph can replay (ipc, nccl). Without graphs, or
+            with ``overlap`` False, the groups run one phase after the other, each phase timed (what a benchmark
+            compares the overlap with). Default 1: one transposition of every row.
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
@@ -104,13 +97,11 @@ class DistributedTransform:
         graphs: bool = False,
         fft_streams: int | None = None,
         pipeline: int = 1,
-        slices: int = 1,
     ) -> None:
         batch = whole_number(batch, "batch", least=1)
         graphs = flag(graphs, "graphs")
-        meaning = "groups of latitude rows transposed apart"
+        meaning = "groups of latitude rows whose transpositions overlap the FFTs of the others"
         pipeline = whole_number(pipeline, "pipeline", least=1, meaning=meaning)
-        slices = whole_number(slices, "slices", least=1, meaning="slices of the batch transformed apart")
         xp = resolve_array_module(xp, ArgumentError)
         if graphs and xp is np:
             raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
@@ -139,52 +130,42 @@ class DistributedTransform:
         self._to_waves: list[Any] = []
         self._closed = False
         self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
-        several = comm.size > 1  # one rank transposes nothing: nothing to overlap
-        groups = min(pipeline, min(len(b) for b in bands)) if several else 1
+        # As many groups on every rank: each group is a transposition of every rank's rows of that group.
+        cut = [row_groups(band, grid.nlon, pipeline if comm.size > 1 else 1) for band in bands]
+        groups = min(len(c) for c in cut)
         #: Every rank's rows cut into the pipeline's groups: ``row_groups[q][g]``, rank q's rows of group g.
-        self.row_groups = [np.array_split(band, groups) for band in bands]
-        #: The batch cut into slices: (start, stop) of each.
-        self.batch_slices = [
-            (int(c[0]), int(c[-1]) + 1) for c in np.array_split(np.arange(batch), slices if several else 1)
-        ]
-        #: The parts in the order they are moved: (slice, group of rows), the slices slowest.
-        self.parts = [(s, g) for s in range(len(self.batch_slices)) for g in range(groups)]
+        self.row_groups = (
+            cut if all(len(c) == groups for c in cut) else [row_groups(b, grid.nlon, groups) for b in bands]
+        )
         mine = len(self.wavenumbers)
+        #: How the Legendre side lies in memory (operands.RowLayout): None for the plain (batch, my m, 2N) array.
+        self.layout: RowLayout | None = None
         # One rank holds every wavenumber on every row, in the same order on both sides: one array, no
         # transposition (on one H200 that saves two copies of 5.4 GB per TCo639 step, 5.5 ms of 64).
-        if not several:
+        if comm.size == 1:
             requested(transport)  # a wrong name is still an error
-            side = xp.zeros((batch, mine, 2 * grid.N), dtype=np.complex128)
-            #: Per slice, how its Legendre side lies in memory (operands.RowLayout): None for the plain
-            #: (batch, my m, 2N) array; and that side.
-            self.layouts: list[RowLayout | None] = [None]
-            self.legendre_sides, self.fourier_sides = [side], [side]
+            self.legendre_side = xp.zeros((batch, mine, 2 * grid.N), dtype=np.complex128)
+            self.fourier_side = self.legendre_side
+            self._fourier_sides = [self.fourier_side]
         else:
-            # Per slice, the Legendre side as one flat buffer of blocks, per group g and then per rank q the
-            # C-contiguous (slice's batch, my m, q's rows of g) array that goes to q: each message is one
-            # contiguous range of it.
+            # The Legendre side as one flat buffer of blocks, per group g and then per rank q the C-contiguous
+            # (batch, my m, q's rows of g) array that goes to q: each message is one contiguous range of it.
             blocks = [rows for g in range(groups) for rows in self._group(g)]
-            self.layouts = [RowLayout.blocked(stop - start, mine, blocks) for start, stop in self.batch_slices]
-            self.legendre_sides = [xp.zeros(layout.size, dtype=np.complex128) for layout in self.layouts]
-            #: Per part, the Fourier side of its fields and rows (slice's batch, all m, the group's rows): an
-            #: array of its own, so that each part's FFTs read one contiguous array.
-            self.fourier_sides = [
-                xp.zeros((self._slice_size(s), t + 1, len(self.row_groups[comm.rank][g])), dtype=np.complex128)
-                for s, g in self.parts
+            self.layout = RowLayout.blocked(batch, mine, blocks)
+            self.legendre_side = xp.zeros(self.layout.size, dtype=np.complex128)
+            # Per group, the Fourier side of its rows (batch, all m, the group's rows): an array of its own, so
+            # that each group's FFTs read one contiguous array.
+            self._fourier_sides = [
+                xp.zeros((batch, t + 1, len(rows)), dtype=np.complex128) for rows in self.row_groups[comm.rank]
             ]
-            if len(self.parts) > 1 and graphs and transport == "ipc":
+            self.fourier_side = self._fourier_sides[0] if groups == 1 else None
+            if groups > 1 and graphs and transport == "ipc":
                 transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
             self._make_transposers(np.concatenate([[0], np.cumsum([len(s) for s in sets])]), transport)
-        self._group_transforms = self._fourier_groups() if groups > 1 else [self.transform]
+        self._group_transforms = self._fourier_groups(fft_streams) if groups > 1 else [self.transform]
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.products = self.transform.product_clock = ProductClock(xp)
         self.graphs = graphs
-        pipelined = len(self.parts) > 1
-        # The outputs: a graph writes the same memory at every replay, and the parts each write a piece.
-        self._kept = graphs or pipelined
-        if self._kept:
-            self._values_out = xp.zeros((batch, self.transform.points), dtype=np.float64)
-            self._coefficients_out = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
         if graphs:
             # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
             # graph writes; the compute graphs replay one after the other on one stream, so they may share
@@ -193,32 +174,30 @@ class DistributedTransform:
             self._pool = xp.cuda.MemoryPool()
             self._coefficients_in = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
             self._values_in = xp.zeros((batch, self.transform.points), dtype=np.float64)
-            if pipelined:
-                # The stream the transpositions run on, and the events ordering the two streams, per part.
+        if groups > 1:
+            # The groups' output, the stream their transpositions run on, and the events ordering the two streams.
+            self._values_out = xp.zeros((batch, self.transform.points), dtype=np.float64)
+            if graphs:
                 # The highest priority: a transposition's blocks start as soon as SMs free up, not after the FFT's.
                 self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
-                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in self.parts]
-                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in self.parts]
-
-    def _slice_size(self, s: int) -> int:
-        start, stop = self.batch_slices[s]
-        return stop - start
+                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
 
     def _make_transposers(self, m_start: np.ndarray, transport: Any) -> None:
-        """One Transposer each way per part (s, g): rank q's rows of group g, of my wavenumbers and slice s's
-        fields <-> rank p's wavenumbers on my rows of g (collective; on an error every one made is closed
-        first)."""
+        """One Transposer each way per group of rows: rank q's rows of the group, of my wavenumbers <-> rank p's
+        wavenumbers on my rows of the group (collective; on an error every one made is closed first)."""
         from ....transpose import Transposer
 
+        batch = self.batch
         try:
-            for (s, g), fourier in zip(self.parts, self.fourier_sides, strict=True):
-                batch, rows = self._slice_size(s), len(self.row_groups[self.comm.rank][g])
-                spans = [self.layouts[s].span(int(r[0])) for r in self._group(g)]  # q's block of group g
+            for g, rows in enumerate(self.row_groups[self.comm.rank]):
+                spans = [self.layout.span(int(r[0])) for r in self._group(g)]  # q's block of group g
                 on_legendre = {q: Box((start,), (stop,)) for q, (start, stop) in enumerate(spans)}
                 on_fourier = {
-                    p: Box((0, int(m_start[p]), 0), (batch, int(m_start[p + 1]), rows)) for p in range(self.comm.size)
+                    p: Box((0, int(m_start[p]), 0), (batch, int(m_start[p + 1]), len(rows)))
+                    for p in range(self.comm.size)
                 }
-                sides = (self.legendre_sides[s], fourier)
+                sides = (self.legendre_side, self._fourier_sides[g])
                 self._to_rows.append(Transposer(self.comm, on_legendre, on_fourier, *sides, transport))
                 self._to_waves.append(Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], transport))
         except BaseException:
@@ -230,21 +209,19 @@ class DistributedTransform:
         the fewest rows of a rank)."""
         return [groups[g] for groups in self.row_groups]
 
-    def _fourier_groups(self) -> list[SpectralTransform]:
+    def _fourier_groups(self, fft_streams: int | None) -> list[SpectralTransform]:
         """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
-        reading and writing its rows' points in grid values of all of this rank's rows."""
-        first, points = 0, self.transform.points
-        halves = []
-        for rows in self.row_groups[self.comm.rank]:
-            halves.append(
-                SpectralTransform(
-                    self.grid, self.truncation, wavenumbers=np.zeros(0, np.int64), rows=rows,
-                    fourier_order=self.m_order, xp=self.xp, fft_streams=self.transform.fft_streams,
-                    values_layout=(first, points),
-                )
-            )  # fmt: skip
-            first += halves[-1].points
-        return halves
+        reading and writing its rows' points where they lie in grid values of all of this rank's rows."""
+        lengths = self.grid.nlon[self.rows]
+        starts = dict(zip(self.rows.tolist(), np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist(), strict=True))
+        return [
+            SpectralTransform(
+                self.grid, self.truncation, wavenumbers=np.zeros(0, np.int64), rows=rows,
+                fourier_order=self.m_order, xp=self.xp, fft_streams=self.transform.fft_streams,
+                values_layout=(np.array([starts[r] for r in rows.tolist()], np.int64), self.transform.points),
+            )
+            for rows in self.row_groups[self.comm.rank]
+        ]  # fmt: skip
 
     @property
     def transport(self) -> str:
@@ -256,137 +233,105 @@ class DistributedTransform:
         """How many groups of rows are transposed apart (1: all at once)."""
         return len(self.row_groups[0])
 
-    @property
-    def slices(self) -> int:
-        """How many slices of the batch are transformed apart (1: all at once)."""
-        return len(self.batch_slices)
-
-    @property
-    def legendre_side(self) -> Any:
-        """The Legendre side of an unsliced transform (the first slice's otherwise)."""
-        return self.legendre_sides[0]
-
-    @property
-    def fourier_side(self) -> Any:
-        """The Fourier side of an unpipelined transform; None where it is cut into parts."""
-        return self.fourier_sides[0] if len(self.parts) == 1 else None
-
     def _transpose(self, phase: str, transposer: Any, stream: Any = None) -> None:
         """Transposition ``phase`` by ``transposer`` (as a graph replay, on ``stream`` if given, where it can be
         captured)."""
         self._run(phase, transposer.exchange, transposer.transport.graph_capturable, stream)
-
-    def _whole_batch(self, array: Any, what: str, width: int) -> Any:
-        """``array`` as an array of ``xp``, checked to be (batch, width): its slices are the parts' fields."""
-        a = self.xp.asarray(array)
-        if a.shape != (self.batch, width):
-            raise FieldError(
-                f"{what} of shape {tuple(a.shape)}: expected ({self.batch}, {width}), this transform's batch of "
-                f"fields by its {what}"
-            )
-        return a
 
     def inverse(self, coefficients: Any) -> Any:
         """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
         self._check_open()
         transform = self.transform
         with self._on_stream():
-            a = self._whole_batch(coefficients, "coefficients", transform.ncoef)
-            a = self._fixed(self._coefficients_in, a) if self.graphs else a
-            values = self._values_out if self._kept else self.xp.empty((self.batch, transform.points), np.float64)
-
-            def legendre(s: int) -> None:
-                fields = slice(*self.batch_slices[s])
-                inverse = functools.partial(
-                    transform.legendre_inverse, a[fields], out=self.legendre_sides[s], layout=self.layouts[s]
-                )
-                self._run(f"legendre inverse {s}", inverse, False)
-
-            def fft(p: int) -> None:
-                half, fourier, fields = self._part(p)
-                self._run(f"fft inverse {p}", lambda: half.fourier_inverse(fourier, self.m_order, out=values[fields]))
-
-            slice_firsts = [functools.partial(legendre, s) if g == 0 else None for s, g in self.parts]
-            self._pipelined((slice_firsts, "legendre"), (self._to_rows, "to rows"), (self._each_part(fft), "fft"))
-            return values
+            with self._timed("legendre"):
+                a = self._fixed(self._coefficients_in, coefficients) if self.graphs else coefficients
+                inverse = functools.partial(transform.legendre_inverse, a, out=self.legendre_side, layout=self.layout)
+                self._run("legendre inverse", inverse, False)
+            if self.pipeline > 1:
+                return self._inverse_groups()
+            if self._to_rows:
+                with self._timed("transposition"):
+                    self._transpose("to rows", self._to_rows[0])
+            with self._timed("fft"):
+                return self._run("fft inverse", lambda: transform.fourier_inverse(self.fourier_side, self.m_order))
 
     def direct(self, values: Any) -> Any:
         """This rank's grid values (batch, points) -> its coefficients (batch, ncoef)."""
         self._check_open()
         transform = self.transform
         with self._on_stream():
-            v = self._whole_batch(values, "grid values", transform.points)
-            v = self._fixed(self._values_in, v) if self.graphs else v
-            shape = (self.batch, transform.ncoef)
-            coefficients = self._coefficients_out if self._kept else self.xp.empty(shape, np.complex128)
-
-            def fft(p: int) -> None:
-                half, fourier, fields = self._part(p)
-                self._run(f"fft direct {p}", lambda: half.fourier_direct(v[fields], self.m_order, out=fourier))
-
-            def legendre(s: int) -> None:
-                fields = slice(*self.batch_slices[s])
-                direct = functools.partial(
-                    transform.legendre_direct, self.legendre_sides[s], out=coefficients[fields], layout=self.layouts[s]
-                )
-                self._run(f"legendre direct {s}", direct, False)
-
-            last = self.pipeline - 1
-            slice_lasts = [functools.partial(legendre, s) if g == last else None for s, g in self.parts]
-            self._pipelined((self._each_part(fft), "fft"), (self._to_waves, "to waves"), (slice_lasts, "legendre"))
-            return coefficients
-
-    def _part(self, p: int) -> tuple[SpectralTransform, Any, slice]:
-        """Part p's Fourier half (its group's rows), its Fourier side and its slice of the batch."""
-        s, g = self.parts[p]
-        return self._group_transforms[g], self.fourier_sides[p], slice(*self.batch_slices[s])
-
-    def _each_part(self, work: Callable[[int], None]) -> list[Callable[[], None] | None]:
-        return [functools.partial(work, p) for p in range(len(self.parts))]
+            v = self._fixed(self._values_in, values) if self.graphs else values
+            if self.pipeline > 1:
+                self._direct_groups(v)
+            else:
+                with self._timed("fft"):
+                    self._run("fft direct", lambda: transform.fourier_direct(v, self.m_order, out=self.fourier_side))
+                if self._to_waves:
+                    with self._timed("transposition"):
+                        self._transpose("to waves", self._to_waves[0])
+            with self._timed("legendre"):
+                direct = functools.partial(transform.legendre_direct, self.legendre_side, layout=self.layout)
+                return self._run("legendre direct", direct, False)
 
     # -- the pipeline ----------------------------------------------------------------------------------------
 
+    def _inverse_groups(self) -> Any:
+        values = self._values_out
+
+        def fft(g: int) -> None:
+            half, fourier = self._group_transforms[g], self._fourier_sides[g]
+            self._run(f"fft inverse {g}", lambda: half.fourier_inverse(fourier, self.m_order, out=values))
+
+        self._pipelined(None, (self._to_rows, "to rows"), (fft, "fft"))
+        return values
+
+    def _direct_groups(self, v: Any) -> None:
+        def fft(g: int) -> None:
+            half, fourier = self._group_transforms[g], self._fourier_sides[g]
+            self._run(f"fft direct {g}", lambda: half.fourier_direct(v, self.m_order, out=fourier))
+
+        self._pipelined((fft, "fft"), (self._to_waves, "to waves"), None)
+
     def _pipelined(
         self,
-        first: tuple[list[Callable[[], None] | None], str],
+        before: tuple[Callable[[int], None], str] | None,
         transposers: tuple[list[Any], str],
-        then: tuple[list[Callable[[], None] | None], str],
+        after: tuple[Callable[[int], None], str] | None,
     ) -> None:
-        """Per part p: ``first[0][p]`` (compute, if any), its transposition (none on one rank), then
-        ``then[0][p]`` (compute, if any), each list with its phase name. Overlapped (graphs, ``overlap`` and
-        several parts): every part's first half runs on the transform's stream and its transposition on
-        ``transposition_stream`` once that is done, and only then the second halves, each once its part has
-        been moved, so that a transposition runs beside the compute of the parts before and after it. Otherwise
-        the parts run one phase after the other, each phase timed."""
-        (befores, before_phase), (moves, name), (afters, after_phase) = first, transposers, then
-        parts = range(len(self.parts))
-        if not (self.graphs and self.overlap and len(self.parts) > 1):
-            for p in parts:
-                if befores[p] is not None:
-                    with self._timed(before_phase):
-                        befores[p]()
-                if moves:
-                    with self._timed("transposition"):
-                        self._transpose(f"{name} {p}", moves[p])
-            for p in parts:
-                if afters[p] is not None:
-                    with self._timed(after_phase):
-                        afters[p]()
+        """Per group g: ``before`` (compute, if any), its transposition, ``after`` (compute, if any), each with its
+        phase name. Overlapped (graphs and ``overlap``): the transposition of group g runs on
+        ``transposition_stream`` once ``before(g)`` is done, while ``before(g + 1)`` or ``after(g - 1)`` run on the
+        transform's stream, and ``after(g)`` waits for it. Otherwise the groups run one phase after the other,
+        each phase timed."""
+        moves, name = transposers
+        groups = range(self.pipeline)
+        if not (self.graphs and self.overlap):
+            for g in groups:
+                if before is not None:
+                    with self._timed(before[1]):
+                        before[0](g)
+                with self._timed("transposition"):
+                    self._transpose(f"{name} {g}", moves[g])
+                if after is not None:
+                    with self._timed(after[1]):
+                        after[0](g)
             return
         lane, stream = self.transposition_stream, self.stream
         _synchronize(self.xp)
         start = time.perf_counter()
-        for p in parts:
-            if befores[p] is not None:
-                befores[p]()
-            self._computed[p].record(stream)
-            lane.wait_event(self._computed[p])
-            self._transpose(f"{name} {p}", moves[p], lane)
-            self._moved[p].record(lane)
-        for p in parts:
-            stream.wait_event(self._moved[p])
-            if afters[p] is not None:
-                afters[p]()
+        for g in groups:
+            if before is not None:
+                before[0](g)
+            self._computed[g].record(stream)
+            lane.wait_event(self._computed[g])
+            self._transpose(f"{name} {g}", moves[g], lane)
+            self._moved[g].record(lane)
+            if after is not None and g:
+                stream.wait_event(self._moved[g - 1])
+                after[0](g - 1)
+        stream.wait_event(self._moved[-1])  # every transposition is in before what follows
+        if after is not None:
+            after[0](groups[-1])
         _synchronize(self.xp)
         self.overlapped_seconds += time.perf_counter() - start
 
@@ -516,7 +461,6 @@ def run_spectral(
     graphs: bool | None = None,
     fft_streams: int | None = None,
     pipeline: int = 1,
-    slices: int = 1,
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface
@@ -524,9 +468,9 @@ def run_spectral(
     current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
     there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
     phase as a CUDA graph, and ``fft_streams`` spreads the row FFTs over that many streams
-    (DistributedTransform). Cut into parts (``pipeline`` groups of rows, ``slices`` of the batch) and with graphs
-    the steps are timed twice: the parts one phase after the other (the split), then with each part's
-    transposition overlapping the other parts' compute (the time per step).
+    (DistributedTransform). With ``pipeline`` groups of rows and graphs the steps are timed twice: the groups one
+    phase after the other (the split), then with each group's transposition overlapping the other groups' FFTs
+    (the time per step).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s], its split per phase (``split_s``: legendre, fft, transposition;
@@ -544,12 +488,12 @@ def run_spectral(
     graphs = gpu if graphs is None else graphs
     batch = fields * levels + 1
     options = {"batch": batch, "transport": transport, "xp": xp, "graphs": graphs, "fft_streams": fft_streams,
-               "pipeline": pipeline, "slices": slices}  # fmt: skip
+               "pipeline": pipeline}  # fmt: skip
     with DistributedTransform(comm, grid, truncation, **options) as dist:
         comm = dist.comm
         host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
         a = xp.asarray(host)
-        pipelined = len(dist.parts) > 1 and dist.graphs  # the transpositions can overlap the compute
+        pipelined = dist.pipeline > 1 and dist.graphs  # the transpositions can overlap the FFTs
         for overlap in (True, False) if pipelined else (True,):
             dist.overlap = overlap  # warm-up steps: caches, first touch of work arrays, connections, FFT plans
             dist.direct(dist.inverse(a))
@@ -594,7 +538,6 @@ def run_spectral(
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "legendre_products_s": mpi.allreduce(products, op=MPI.MAX) / steps,
             "pipeline": dist.pipeline,
-            "slices": dist.slices,
             # Pipelined: the same steps with the groups one phase after the other (where the split comes from).
             "sequential_step_s": mpi.allreduce(sequential, op=MPI.MAX) / steps if pipelined else None,
         }

@@ -72,10 +72,14 @@ class RowGeometry:
     bin_offsets: np.ndarray
 
     @classmethod
-    def of(cls, lengths: np.ndarray, first_point: int = 0) -> RowGeometry:
-        """Rows of ``lengths`` points one after the other in the grid values, from point ``first_point``."""
+    def of(cls, lengths: np.ndarray, first_point: int | np.ndarray = 0) -> RowGeometry:
+        """Rows of ``lengths`` points one after the other in the grid values, from point ``first_point``; or,
+        where ``first_point`` is an array, each row from its own first point."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        starts = first_point + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        if np.ndim(first_point):
+            starts = np.asarray(first_point, dtype=np.int64)
+        else:
+            starts = first_point + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         bin_offsets = np.concatenate([[0], np.cumsum(lengths // 2 + 1)]).astype(np.int64)
         return cls(lengths, starts, bin_offsets)
 

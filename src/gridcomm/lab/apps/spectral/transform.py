@@ -117,8 +117,8 @@ class SpectralTransform:
             parallel branches). Default ``fourier.GPU_FFT_STREAMS`` (4); 1: all on the caller's stream.
         values_layout: (first point, points per field) of the grid-value arrays the Fourier half reads and
             writes: its rows' points lie from that point on, in arrays holding more points per field (another
-            transform's rows, e.g. a group of a rank's band whose FFTs run apart from the rest). Default
-            (0, the points of ``rows``).
+            transform's rows, e.g. a group of a rank's band whose FFTs run apart from the rest); or (each row's
+            first point, points per field), the rows anywhere in the field. Default (0, the points of ``rows``).
 
     Arrays are batched on their first axis (fields times levels): coefficients (batch, ncoef) complex,
     grid values (batch, points of ``rows``) real, Fourier coefficients (batch, m, rows) complex.
@@ -136,7 +136,7 @@ class SpectralTransform:
         fourier_order: Sequence[int] | np.ndarray | None = None,
         xp: Any = np,
         fft_streams: int | None = None,
-        values_layout: tuple[int, int] | None = None,
+        values_layout: tuple[int | Sequence[int] | np.ndarray, int] | None = None,
     ) -> None:
         self.grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
         n = self.grid.N
@@ -149,7 +149,7 @@ class SpectralTransform:
             raise ArgumentError("rows=[]: give at least one latitude row (None: all of them)")
         self.ncoef = int(np.sum(t - self.wavenumbers + 1))
         self.points = int(np.sum(self.grid.nlon[self.rows]))
-        first_point, self.field_points = _values_layout(values_layout, self.points)
+        first_point, self.field_points = _values_layout(values_layout, self.grid.nlon[self.rows])
         self._scratch_arrays: dict[Any, Any] = {}
         self._retired: list[Any] = []  # scratch buffers outgrown (``_scratch``)
         self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows], first_point), self.xp, fft_streams)
@@ -507,10 +507,23 @@ def _output(out: Any, shape: tuple[int, ...], what: str, dtype: Any = np.complex
     return out
 
 
-def _values_layout(layout: tuple[int, int] | None, points: int) -> tuple[int, int]:
-    """(first point, points per field) of the grid-value arrays of a Fourier half over ``points`` points."""
+def _values_layout(
+    layout: tuple[int | Sequence[int] | np.ndarray, int] | None, lengths: np.ndarray
+) -> tuple[int | np.ndarray, int]:
+    """(first point, or each row's, and points per field) of the grid-value arrays of a Fourier half over rows of
+    ``lengths`` points."""
+    points = int(np.sum(lengths))
     if layout is None:
         return 0, points
+    if np.ndim(layout[0]):
+        starts = np.asarray(layout[0])
+        if starts.shape != lengths.shape or not np.issubdtype(starts.dtype, np.integer) or np.any(starts < 0):
+            raise ArgumentError(
+                f"values_layout[0]: {len(lengths)} rows need as many first points, whole numbers from 0 on"
+            )
+        total = whole_number(layout[1], "values_layout[1]", least=int(np.max(starts + lengths, initial=0)),
+                             meaning="points per field")  # fmt: skip
+        return starts.astype(np.int64), total
     first = whole_number(layout[0], "values_layout[0]", least=0, meaning="the first point of these rows")
     total = whole_number(layout[1], "values_layout[1]", least=first + points, meaning="points per field")
     return first, total
