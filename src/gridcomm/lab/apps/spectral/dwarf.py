@@ -81,8 +81,9 @@ class DistributedTransform:
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
     ``products`` (a ProductClock) the part of the Legendre phase spent in its matrix products, and
     ``overlapped_seconds`` the time of the transforms whose phases overlapped.
-    With graphs, or pipelined, the arrays returned are the transform's own: the next ``inverse`` (``direct``)
-    overwrites them, so copy what must be kept.
+    With graphs, or pipelined, the arrays returned are the transform's own: the next ``inverse`` or ``direct``
+    may overwrite them, so copy what must be kept. Handing them back as they are (``direct(inverse(a))``, or
+    values updated in place) costs no copy with graphs.
     """
 
     def __init__(
@@ -172,11 +173,15 @@ class DistributedTransform:
             # temporaries (a pipeline's transposition graphs, on a stream of their own, allocate none).
             self.stream = xp.cuda.Stream(non_blocking=True)
             self._pool = xp.cuda.MemoryPool()
-            self._coefficients_in = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
-            self._values_in = xp.zeros((batch, self.transform.points), dtype=np.float64)
+            # One buffer each for the coefficients and the grid values, what the caller hands in and what the
+            # transform hands out alike: a step that gives direct() the values inverse() returned, or inverse()
+            # the coefficients direct() returned, copies nothing (TCo639 on 4 GPUs: 1.4 GB of values and 0.34 GB
+            # of coefficients per rank and step).
+            self._coefficients = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
+            self._values = xp.zeros((batch, self.transform.points), dtype=np.float64)
         if groups > 1:
             # The groups' output, the stream their transpositions run on, and the events ordering the two streams.
-            self._values_out = xp.zeros((batch, self.transform.points), dtype=np.float64)
+            self._values_out = self._values if graphs else xp.zeros((batch, self.transform.points), np.float64)
             if graphs:
                 # The highest priority: a transposition's blocks start as soon as SMs free up, not after the FFT's.
                 self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
@@ -244,7 +249,7 @@ class DistributedTransform:
         transform = self.transform
         with self._on_stream():
             with self._timed("legendre"):
-                a = self._fixed(self._coefficients_in, coefficients) if self.graphs else coefficients
+                a = self._fixed(self._coefficients, coefficients) if self.graphs else coefficients
                 inverse = functools.partial(transform.legendre_inverse, a, out=self.legendre_side, layout=self.layout)
                 self._run("legendre inverse", inverse, False)
             if self.pipeline > 1:
@@ -253,14 +258,17 @@ class DistributedTransform:
                 with self._timed("transposition"):
                     self._transpose("to rows", self._to_rows[0])
             with self._timed("fft"):
-                return self._run("fft inverse", lambda: transform.fourier_inverse(self.fourier_side, self.m_order))
+                out = self._values if self.graphs else None
+                return self._run(
+                    "fft inverse", lambda: transform.fourier_inverse(self.fourier_side, self.m_order, out=out)
+                )
 
     def direct(self, values: Any) -> Any:
         """This rank's grid values (batch, points) -> its coefficients (batch, ncoef)."""
         self._check_open()
         transform = self.transform
         with self._on_stream():
-            v = self._fixed(self._values_in, values) if self.graphs else values
+            v = self._fixed(self._values, values) if self.graphs else values
             if self.pipeline > 1:
                 self._direct_groups(v)
             else:
@@ -270,7 +278,8 @@ class DistributedTransform:
                     with self._timed("transposition"):
                         self._transpose("to waves", self._to_waves[0])
             with self._timed("legendre"):
-                direct = functools.partial(transform.legendre_direct, self.legendre_side, layout=self.layout)
+                out = self._coefficients if self.graphs else None
+                direct = functools.partial(transform.legendre_direct, self.legendre_side, out=out, layout=self.layout)
                 return self._run("legendre direct", direct, False)
 
     # -- the pipeline ----------------------------------------------------------------------------------------
