@@ -101,6 +101,11 @@ def test_run_spectral_reports_the_round_trip_and_the_split():
     # One rank's split, which adds up to its step (each phase on its own slowest rank added up to 111 %).
     shares = [int(x) for x in re.findall(r"ms \((\d+) %\)", out)]
     assert len(shares) == 4 and sum(shares) == 100 and "adds up to its step" in out, out
+    grouped = gridcomm(
+        "run", "spectral", "--grid", "O16", "--levels", "2", "--steps", "1", "--np", "2", "--pipeline", "2"
+    )
+    assert "2 groups of rows" in grouped and grouped.rstrip().endswith("OK"), grouped
+    assert "--pipeline" in gridcomm_fails("run", "spectral", "--grid", "O16", "--pipeline", "0", "--np", "1")
 
 
 def gridcomm_fails(*args: str) -> str:

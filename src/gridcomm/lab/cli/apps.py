@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ...arguments import whole_number
 from ..console import console, step_progress, table
 from .common import NpOption, Typer, check_options, percentages, ranks_or_relaunch
 
@@ -194,6 +195,13 @@ def spectral(
     gpu: Annotated[
         bool, typer.Option("--gpu/--cpu", help="Fields on the GPUs (CuPy, one GPU per rank) or on the host (NumPy).")
     ] = False,
+    pipeline: Annotated[
+        int,
+        typer.Option(
+            help="Groups of latitude rows transposed apart; with --gpu each group's transposition overlaps the "
+            "other groups' FFTs (8 was the fastest for TCo639 on 4 GPUs with ipc or nccl: docs/spectral.md)."
+        ),
+    ] = 1,
 ) -> None:
     """The spectral-transform dwarf: spherical harmonics <-> octahedral grid, distributed by wavenumber and
     latitude band with a transposition in between; prints the round-trip error and the slowest rank's time split."""
@@ -212,6 +220,7 @@ def spectral(
             "--grid": lambda: parse_grid_name(grid),
             "--truncation": truncation_fits,
             "--transport": lambda: requested(transport),
+            "--pipeline": lambda: whole_number(pipeline, "--pipeline", least=1),
         }
     )
     ranks_or_relaunch(nprocs)
@@ -227,13 +236,14 @@ def spectral(
     with step_progress(say, "transform steps") as advance:
         r = run_spectral(
             comm, grid, truncation=truncation, levels=levels, fields=fields, steps=steps, transport=transport,
-            gpu=gpu, progress=advance,
+            gpu=gpu, pipeline=pipeline, progress=advance,
         )  # fmt: skip
     if say:
         console.print(
             f"spherical-harmonic transform on {r['grid']} ({r['points']} points), T = {r['truncation']}, "
             f"{r['fields']} field(s) x {r['levels']} level(s) + 1 surface field, {r['ranks']} rank(s), "
             f"{'GPU' if r['gpu'] else 'CPU'}, transport {r['transport']}"
+            + (f", {r['pipeline']} groups of rows" if r["pipeline"] > 1 else "")
         )
         split = r["slowest_rank_split_s"]
         rows = [["round-trip error (max |a - direct(inverse(a))| / max |a|)", f"{r['round_trip_error']:.2e}"]]
