@@ -248,11 +248,13 @@ def spectral(
         split = r["slowest_rank_split_s"]
         rows = [["round-trip error (max |a - direct(inverse(a))| / max |a|)", f"{r['round_trip_error']:.2e}"]]
         rows.append([f"time per step (slowest rank: {r['slowest_rank']})", f"{r['time_per_step_s'] * 1e3:.2f} ms"])
+        sequential = r.get("sequential_step_s")
+        if sequential is not None:  # pipelined: the split is of steps with the groups one phase after another
+            rows.append(["  the groups one phase after another (split below)", f"{sequential * 1e3:.2f} ms"])
         for (phase, seconds), share in zip(split.items(), percentages(list(split.values())), strict=True):
             rows.append([f"  {phase}", f"{seconds * 1e3:.2f} ms ({share} %)"])
-        console.print(
-            table(f"result (the split is rank {r['slowest_rank']}'s: it adds up to its step)", ["", ""], rows)
-        )
+        step = "the phase-by-phase step" if sequential is not None else "its step"
+        console.print(table(f"result (the split is rank {r['slowest_rank']}'s: it adds up to {step})", ["", ""], rows))
         ok = r["round_trip_error"] < 1e-10
         console.print("OK" if ok else "[red]the round trip does not return the coefficients")
     comm.close()
