@@ -69,11 +69,11 @@ class DistributedTransform:
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
         pipeline: cut every rank's latitude rows into at most this many groups (``distribution.row_groups``:
             as many rows as points would say in each), each moved by a transposition of its own: with ``graphs``
-            the transposition of a group runs on a stream of its own (the highest priority; ``"ipc"`` there is
-            ipc's kernel on PIPELINE_IPC_BLOCKS blocks) while the FFTs of another group run, so that the
-            transpositions hide behind the FFTs (the Legendre products, which need every row, come before them
-            in the inverse and after them in the direct transform). The row FFTs are cut, not multiplied, so the
-            compute costs what it did. Needs a transport a CUDA graph can replay (ipc, nccl). Without graphs, or
+            the transposition of a group runs on a stream of its own (the highest priority; ipc's kernel there,
+            named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS blocks) while the FFTs of another group
+            run, so that the transpositions hide behind the FFTs (the Legendre products, which need every row,
+            come before them in the inverse and after them in the direct transform). The row FFTs are cut, not
+            multiplied, so the compute costs what it did. Needs a transport a CUDA graph can replay (ipc, nccl). Without graphs, or
             with ``overlap`` False, the groups run one phase after the other, each phase timed (what a benchmark
             compares the overlap with). Default 1: one transposition of every row.
 
@@ -160,9 +160,11 @@ class DistributedTransform:
                 xp.zeros((batch, t + 1, len(rows)), dtype=np.complex128) for rows in self.row_groups[comm.rank]
             ]
             self.fourier_side = self._fourier_sides[0] if groups == 1 else None
-            if groups > 1 and graphs and transport == "ipc":
+            overlapped = groups > 1 and graphs  # ipc's kernel must leave the FFTs their SMs
+            if overlapped and transport == "ipc":
                 transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
-            self._make_transposers(np.concatenate([[0], np.cumsum([len(s) for s in sets])]), transport)
+            m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
+            self._make_transposers(m_start, transport, hold_ipc=overlapped and transport == "auto")
         self._group_transforms = self._fourier_groups(fft_streams) if groups > 1 else [self.transform]
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.products = self.transform.product_clock = ProductClock(xp)
@@ -188,14 +190,24 @@ class DistributedTransform:
                 self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
                 self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
 
-    def _make_transposers(self, m_start: np.ndarray, transport: Any) -> None:
+    def _make_transposers(self, m_start: np.ndarray, transport: Any, hold_ipc: bool = False) -> None:
         """One Transposer each way per group of rows: rank q's rows of the group, of my wavenumbers <-> rank p's
-        wavenumbers on my rows of the group (collective; on an error every one made is closed first)."""
+        wavenumbers on my rows of the group (collective; on an error every one made is closed first). With
+        ``hold_ipc``, where ``"auto"`` picks ipc's kernel (measured on one transposition alone, where every SM is
+        its own), it is made again on PIPELINE_IPC_BLOCKS blocks, as where ``"ipc"`` is named (every rank picks
+        the same)."""
         from ....transpose import Transposer
 
         batch = self.batch
         try:
             for g, rows in enumerate(self.row_groups[self.comm.rank]):
+                if g == 1 and hold_ipc and _unheld_ipc_kernel(self._to_rows[0].transport):
+                    transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
+                    for made in (*self._to_rows, *self._to_waves):
+                        made.close()
+                    self._to_rows, self._to_waves = [], []
+                    self._make_transposers(m_start, transport)
+                    return
                 spans = [self.layout.span(int(r[0])) for r in self._group(g)]  # q's block of group g
                 on_legendre = {q: Box((start,), (stop,)) for q, (start, stop) in enumerate(spans)}
                 on_fourier = {
@@ -425,6 +437,11 @@ class _Timer:
     def __exit__(self, *exc: object) -> None:
         _synchronize(self.owner.xp)
         self.owner.seconds[self.phase] += time.perf_counter() - self.start
+
+
+def _unheld_ipc_kernel(transport: Any) -> bool:
+    """Whether ``transport`` is ipc's kernel on as many blocks as it likes."""
+    return isinstance(transport, IpcTransport) and transport.method == "kernel" and transport.blocks is None
 
 
 def _synchronize(xp: Any) -> None:
