@@ -73,9 +73,9 @@ class DistributedTransform:
             named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS blocks) while the FFTs of another group
             run, so that the transpositions hide behind the FFTs (the Legendre products, which need every row,
             come before them in the inverse and after them in the direct transform). The row FFTs are cut, not
-            multiplied, so the compute costs what it did. Needs a transport a CUDA graph can replay (ipc, nccl). Without graphs, or
-            with ``overlap`` False, the groups run one phase after the other, each phase timed (what a benchmark
-            compares the overlap with). Default 1: one transposition of every row.
+            multiplied, so the compute costs what it did. Needs a transport a CUDA graph can replay (ipc,
+            nccl). Without graphs, or with ``overlap`` False, the groups run one phase after the other, each
+            phase timed (what a benchmark compares the overlap with). Default 1: one transposition of every row.
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
