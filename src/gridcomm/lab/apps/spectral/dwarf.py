@@ -43,6 +43,7 @@ from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
 from .distribution import row_groups, row_shares, wavenumber_sets
+from .fourier import RowGeometry
 from .operands import RowLayout
 from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
@@ -229,13 +230,12 @@ class DistributedTransform:
     def _fourier_groups(self, fft_streams: int | None) -> list[SpectralTransform]:
         """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
         reading and writing its rows' points where they lie in grid values of all of this rank's rows."""
-        lengths = self.grid.nlon[self.rows]
-        starts = dict(zip(self.rows.tolist(), np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist(), strict=True))
+        starts = RowGeometry.of(self.grid.nlon[self.rows]).starts  # each of this rank's rows (ascending)
         return [
             SpectralTransform(
                 self.grid, self.truncation, wavenumbers=np.zeros(0, np.int64), rows=rows,
                 fourier_order=self.m_order, xp=self.xp, fft_streams=self.transform.fft_streams,
-                values_layout=(np.array([starts[r] for r in rows.tolist()], np.int64), self.transform.points),
+                values_layout=(starts[np.searchsorted(self.rows, rows)], self.transform.points),
             )
             for rows in self.row_groups[self.comm.rank]
         ]  # fmt: skip
