@@ -13,9 +13,11 @@ Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row
   contiguous scratch, one stream: what the library's FFT calls alone cost.
 
 With ``--per-length``: instead, each row length alone (both rows of the length in one call, batch 2 x fields),
-by cuFFT (graph replays) and by a DFT as one matrix product (cuBLAS, (2 batch, n) x (n, n + 2) and back; calls
-enqueued from Python, which CuPy cannot capture), with the length's largest prime factor: which lengths bound
-the phase, and where a matrix product would beat cuFFT.
+by cuFFT (graph replays), by cuFFT's complex transform of half the length over the same bytes (``half_*``: a real
+row of even length n is n / 2 complex points, whose complex FFT and one pass of twiddles give the row's half
+spectrum; what the transform's fold and pick leave to cuFFT since 2026-11-27) and by a DFT as one matrix product
+(cuBLAS, (2 batch, n) x (n, n + 2) and back; calls enqueued from Python, which CuPy cannot capture), with the
+length's largest prime factor: which lengths bound the phase, and where a matrix product would beat cuFFT.
 
 Writes DIR/tune-fft-gpu-1r-<time>.json and prints one line per variant and batch. GPU_FFT_STREAMS in
 apps/spectral/fourier.py comes from this run.
@@ -181,13 +183,19 @@ def time_length(n: int, batch: int, stream: Any) -> dict[str, Any]:
         if name == "cufft_inverse":
             plan = cufft_plan(cufft.CUFFT_Z2D)
             return lambda: plan.fft(half, back, cufft.CUFFT_INVERSE)
+        if name.startswith("half_"):  # the n real points as n / 2 complex ones, out of place
+            pairs = n // 2
+            plan = cufft.PlanNd([pairs], [pairs], 1, pairs, [pairs], 1, pairs, cufft.CUFFT_Z2Z, fields, "C", -1, None)
+            source, target = points.view(np.complex128), back.view(np.complex128)
+            sign = cufft.CUFFT_FORWARD if name == "half_direct" else cufft.CUFFT_INVERSE
+            return lambda: plan.fft(source, target, sign)
         direct, inverse = dft_matrices(n)
         if name == "gemm_direct":
             return lambda: cupy.matmul(points, direct, out=halves)
         return lambda: cupy.matmul(halves, inverse, out=back)
 
     row: dict[str, Any] = {"length": n, "batch": batch, "largest_prime_factor": largest_prime_factor(n)}
-    for name in ("cufft_direct", "cufft_inverse", "gemm_direct", "gemm_inverse"):
+    for name in ("cufft_direct", "cufft_inverse", "half_direct", "half_inverse", "gemm_direct", "gemm_inverse"):
         try:
             # cuBLAS cannot be captured through CuPy: the matrix products are timed as enqueued calls
             timer = stream_seconds if name.startswith("gemm") else graph_seconds
@@ -219,10 +227,14 @@ def summarise_lengths(rows: list[dict[str, Any]]) -> None:
         "length >= 1024": [r for r in rows if r["length"] >= 1024],
         "every length": rows,
     }
-    print(f"{'lengths':24s} {'count':>5s}  cuFFT dir/inv (ms)  GEMM dir/inv (ms)  best of both dir/inv (ms)")
+    print(
+        f"{'lengths':24s} {'count':>5s}  cuFFT dir/inv (ms)  half-length complex dir/inv (ms)  GEMM dir/inv (ms)"
+        "  best of cuFFT and GEMM dir/inv (ms)"
+    )
     for name, chosen in groups.items():
         print(
             f"{name:24s} {len(chosen):5d}  {total(chosen, 'cufft_direct'):8.2f} {total(chosen, 'cufft_inverse'):8.2f}"
+            f"  {total(chosen, 'half_direct'):8.2f} {total(chosen, 'half_inverse'):8.2f}"
             f"  {total(chosen, 'gemm_direct'):8.2f} {total(chosen, 'gemm_inverse'):8.2f}"
             f"  {best(chosen, 'direct'):8.2f} {best(chosen, 'inverse'):8.2f}",
             flush=True,
@@ -279,10 +291,12 @@ def measure(grid: OctahedralGrid, batch: int, hbm: float) -> list[dict[str, Any]
     fourier = cupy.asarray(np.random.default_rng(0).random((batch, t + 1, 2 * grid.N)) * (1 + 1j))
     least = fft_bytes(grid, t, batch) / 2  # one direction
     rows = []
+    pools: list[Any] = []  # each variant's, emptied once its transform is gone (batch 412 fills the GPU otherwise)
 
     def timed(name: str, work: Any) -> None:
         try:
             pool = cupy.cuda.MemoryPool()
+            pools.append(pool)
             with cupy.cuda.using_allocator(pool.malloc):
                 seconds = graph_seconds(work, stream)
             row = {"batch": batch, "variant": name, "seconds": seconds, "share_of_hbm": least / seconds / 1e9 / hbm}
@@ -306,6 +320,9 @@ def measure(grid: OctahedralGrid, batch: int, hbm: float) -> list[dict[str, Any]
                     timed(f"fold alone, {shape}", functools.partial(ffts._fold, fourier, plan, spectra))
             timed("pick alone", functools.partial(ffts._pick, spectra, plan, out))
         del transform
+        for pool in pools:
+            pool.free_all_blocks()
+        pools.clear()
         cupy.get_default_memory_pool().free_all_blocks()
     alone = cufft_alone(grid, batch)
     timed("cufft alone, inverse", alone["inverse"])

@@ -509,18 +509,25 @@ def test_one_rank_has_no_transposition():
 
 
 def test_pipeline_is_checked():
-    """The pipeline takes a whole number of groups; on one rank, which transposes nothing, it is one group."""
+    """The pipeline takes a whole number of groups or "auto"; on one rank, which transposes nothing, it is one
+    group; "auto" is AUTO_PIPELINE groups only with CUDA graphs (where the transpositions can overlap the FFTs)."""
     import gridcomm
     from gridcomm.errors import ArgumentError, ArgumentTypeError
-    from gridcomm.lab.apps.spectral.dwarf import DistributedTransform
+    from gridcomm.lab.apps.spectral.dwarf import AUTO_PIPELINE, DistributedTransform, pipeline_groups
 
     with gridcomm.Communicator() as comm:
         with pytest.raises(ArgumentError, match="pipeline=0"):
             DistributedTransform(comm, "O16", batch=4, pipeline=0)
         with pytest.raises(ArgumentTypeError, match="pipeline"):
             DistributedTransform(comm, "O16", batch=4, pipeline=2.0)
+        with pytest.raises(ArgumentError, match=r"'fast'.*'auto'"):
+            DistributedTransform(comm, "O16", batch=4, pipeline="fast")
         with DistributedTransform(comm, "O16", batch=4, pipeline=3) as dist:
             assert dist.pipeline == 1
+        with DistributedTransform(comm, "O16", batch=4) as dist:  # "auto", on the host: no graphs
+            assert dist.pipeline == 1
+    assert pipeline_groups("auto", graphs=True) == AUTO_PIPELINE > 1
+    assert pipeline_groups("auto", graphs=False) == 1 and pipeline_groups(5, graphs=True) == 5
 
 
 def test_product_clock_times_the_legendre_products_alone(monkeypatch):

@@ -9,6 +9,8 @@ pocketfft, so the results agree to round-off (1e-12 of the largest value), not b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -170,12 +172,28 @@ def test_graphs_need_the_gpu():
         DistributedTransform(comm, "O16", graphs=True)
 
 
+def half_complex(spectra: np.ndarray, geometry: Any) -> np.ndarray:
+    """The serial model of fourier.cu's twiddles: each row's half spectrum B_0..B_h (n = 2h points) -> Z_0..Z_h-1,
+    the spectrum of the row's points taken in pairs as h complex points (slot h zero): Z_k = (B_k + conj B_h-k)
+    + i exp(2 pi i k / n) (B_k - conj B_h-k), with B_0 and B_h taken real."""
+    out = np.zeros_like(spectra)
+    for first, n in zip(geometry.bin_offsets[:-1], geometry.lengths, strict=True):
+        h = n // 2
+        bins = spectra[:, first : first + h + 1].copy()
+        bins[:, [0, h]] = bins[:, [0, h]].real
+        k = np.arange(h)
+        low, high = bins[:, k], bins[:, h - k].conj()
+        out[:, first : first + h] = (low + high) + 1j * np.exp(2j * np.pi * k / n) * (low - high)
+    return out
+
+
 @pytest.mark.parametrize("shared_kib", [48, 200])
 def test_fold_and_pick_equal_the_host(cupy, monkeypatch, shared_kib):
-    """The GPU's fold adds the host's terms (to round-off: NumPy's reduceat adds pairwise) and its pick scales the
-    same bins by the same factors (bit for bit), on short rows that fold many wavenumbers onto each bin, on rows
-    just too short to hold them all, and on simple rows (index-free); with 200 KiB of staging per block the fold
-    opts in to more shared memory than a launch gets by default (the path of very long rows of wavenumbers)."""
+    """The GPU's fold adds the host's terms (to round-off: NumPy's reduceat adds pairwise) and takes them to the
+    spectra of the rows' points in pairs (``half_complex``); its pick takes such spectra back to the bins and scales
+    them as the host's does (to round-off), on short rows that fold many wavenumbers onto each bin, on rows just too
+    short to hold them all, and on simple rows (index-free); with 200 KiB of staging per block the fold opts in to
+    more shared memory than a launch gets by default (the path of very long rows of wavenumbers)."""
     from gridcomm.lab.apps.spectral import fourier
 
     monkeypatch.setattr(fourier, "FOLD_SHARED_BYTES", shared_kib * 1024)
@@ -190,14 +208,26 @@ def test_fold_and_pick_equal_the_host(cupy, monkeypatch, shared_kib):
     assert device_plan.simple.get().tolist() == [0, 0, 0, 0, 1, 1, 0]
     spectra = np.empty((batch, geometry.bins), np.complex128)
     host._fold(f, host_plan, spectra)
-    got = cupy.empty((batch, geometry.bins), np.complex128)
+    got = cupy.zeros((batch, geometry.bins), np.complex128)
     device._fold(cupy.asarray(f), device_plan, got)
-    assert_close(got, spectra)
+    assert_close(got, half_complex(spectra, geometry))
+    ends = np.concatenate([geometry.bin_offsets[:-1], geometry.bin_offsets[1:] - 1])  # bins 0 and h: real
+    spectra[:, ends] = spectra[:, ends].real  # as a real row's FFT gives them
     want = np.empty_like(f)
     host._pick(spectra, host_plan, want)
     got = cupy.empty(f.shape, np.complex128)
-    device._pick(cupy.asarray(spectra), device_plan, got)
-    assert np.array_equal(got.get(), want)
+    device._pick(cupy.asarray(half_complex(spectra, geometry) / 2), device_plan, got)
+    assert_close(got, want)
+
+
+def test_gpu_row_ffts_need_even_rows(cupy):
+    """The GPU's row FFTs take a row's points in pairs: an odd row length or first point is refused by name."""
+    from gridcomm.lab.apps.spectral import fourier
+
+    with pytest.raises(ValueError, match="even length and an even first point"):
+        fourier.RowFFTs(fourier.RowGeometry.of(np.array([20, 21])), cupy)
+    with pytest.raises(ValueError, match="even length and an even first point"):
+        fourier.RowFFTs(fourier.RowGeometry.of(np.array([20, 24]), np.array([0, 21])), cupy)
 
 
 @pytest.mark.mpi
@@ -208,5 +238,9 @@ def test_pipelined_transform_on_several_gpus(mpi_checks, nranks):
     and run_spectral's split of a pipelined run adding up to at most its step."""
     if gpu_count() < 2:
         pytest.skip(f"needs 2 CUDA GPUs; {gpu_count()} here")
-    checks = ("check_pipelined_transform_equals_one_transposition", "check_run_spectral_round_trip")
+    checks = (
+        "check_pipelined_transform_equals_one_transposition",
+        "check_run_spectral_round_trip",
+        "check_auto_pipeline",
+    )
     mpi_checks("checks_spectral", nranks, timeout=300, env={"GRIDCOMM_CHECK_DEVICE": "gpu"}, checks=checks)

@@ -65,6 +65,32 @@ def check_run_spectral_round_trip(comm):
 
 
 @ranks(minimum=2)
+def check_auto_pipeline(comm):
+    """``pipeline="auto"``: several groups (AUTO_PIPELINE, or fewer where a rank has fewer quads of rows) where the
+    transport is one a CUDA graph replays (GPU, graphs: ipc, nccl), one group where it is not (staged, through the
+    host) or where there are no graphs (the host); the round trip holds either way."""
+    if ON_GPU:
+        import cupy as xp
+
+        cases = (("ipc", True), ("nccl", True), ("staged", False))
+    else:
+        xp, cases = np, (("auto", False),)
+    problems = []
+    with Communicator(comm) as gc:
+        t, batch = 47, 3
+        a = xp.asarray(random_coefficients(t, wavenumber_sets(t, gc.size)[gc.rank], batch))
+        for transport, grouped in cases:
+            with DistributedTransform(gc, "O48", batch=batch, xp=xp, graphs=ON_GPU, transport=transport) as dist:
+                if (dist.pipeline > 1) != grouped:
+                    problems.append(f"{transport}: auto gave {dist.pipeline} group(s)")
+                back = xp.asarray(dist.direct(dist.inverse(a)))
+                error = float(abs(back - a).max()) / float(abs(a).max())
+                if not error < 1e-10:
+                    problems.append(f"{transport}: round trip {error:.1e}")
+    assert_everywhere(comm, "\n".join(problems) or None)
+
+
+@ranks(minimum=2)
 def check_pipelined_transform_equals_one_transposition(comm):
     """Every rank's rows cut into groups (``row_groups``: rows that need not follow one another), each moved by a
     transposition of its own, give bit for bit what one transposition of every row gives: on the host the groups

@@ -122,7 +122,7 @@ def benchmark_spectral(
     gpu: bool = False,
     graphs: bool | None = None,
     fft_streams: int | None = None,
-    pipeline: int = 1,
+    pipeline: int | str = "auto",
     peer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against

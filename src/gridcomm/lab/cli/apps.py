@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ...arguments import whole_number
 from ..console import console, step_progress, table
 from .common import NpOption, Typer, check_options, percentages, ranks_or_relaunch
 
@@ -196,12 +195,13 @@ def spectral(
         bool, typer.Option("--gpu/--cpu", help="Fields on the GPUs (CuPy, one GPU per rank) or on the host (NumPy).")
     ] = False,
     pipeline: Annotated[
-        int,
+        str,
         typer.Option(
             help="Groups of latitude rows transposed apart; with --gpu each group's transposition overlaps the "
-            "other groups' FFTs (8 was the fastest for TCo639 on 4 GPUs with ipc or nccl: docs/spectral.md)."
+            "other groups' FFTs (8 was the fastest for TCo639 on 4 GPUs with ipc or nccl: docs/spectral.md). "
+            "auto: 8 with --gpu where a CUDA graph replays the transport, else 1."
         ),
-    ] = 1,
+    ] = "auto",
 ) -> None:
     """The spectral-transform dwarf: spherical harmonics <-> octahedral grid, distributed by wavenumber and
     latitude band with a transposition in between; prints the round-trip error and the slowest rank's time split."""
@@ -209,6 +209,7 @@ def spectral(
 
     from ...grids.octahedral import parse_grid_name
     from ...transports import requested
+    from ..apps.spectral.dwarf import pipeline_groups
     from ..apps.spectral.transform import check_truncation
 
     def truncation_fits() -> None:  # the grid's N is all it takes: no grid is built here
@@ -220,7 +221,7 @@ def spectral(
             "--grid": lambda: parse_grid_name(grid),
             "--truncation": truncation_fits,
             "--transport": lambda: requested(transport),
-            "--pipeline": lambda: whole_number(pipeline, "--pipeline", least=1),
+            "--pipeline": lambda: pipeline_groups(pipeline_option(pipeline), gpu),
         }
     )
     ranks_or_relaunch(nprocs)
@@ -236,7 +237,7 @@ def spectral(
     with step_progress(say, "transform steps") as advance:
         r = run_spectral(
             comm, grid, truncation=truncation, levels=levels, fields=fields, steps=steps, transport=transport,
-            gpu=gpu, pipeline=pipeline, progress=advance,
+            gpu=gpu, pipeline=pipeline_option(pipeline), progress=advance,
         )  # fmt: skip
     if say:
         console.print(
@@ -258,3 +259,13 @@ def spectral(
         ok = r["round_trip_error"] < 1e-10
         console.print("OK" if ok else "[red]the round trip does not return the coefficients")
     comm.close()
+
+
+def pipeline_option(text: str) -> int | str:
+    """``--pipeline``'s text: "auto", or its whole number of groups (checked at least 1 by the dwarf)."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise typer.BadParameter(f"--pipeline {text!r}: give a whole number of groups of rows or auto") from None

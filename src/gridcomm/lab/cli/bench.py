@@ -711,9 +711,10 @@ def bench_spectral(
         str,
         typer.Option(
             help="Groups of latitude rows, comma-separated counts: each group's transposition overlaps the FFTs "
-            "of the others (with --gpu and graphs; 1: every row at once)."
+            "of the others (with --gpu and graphs; 1: every row at once; auto: 8 where a CUDA graph replays the "
+            "transport, else 1)."
         ),
-    ] = "1",
+    ] = "auto",
     gpu: GpuOption = False,
     graphs: Annotated[
         bool, typer.Option("--graphs/--no-graphs", help="With --gpu: replay each phase as a CUDA graph.")
@@ -737,7 +738,7 @@ def bench_spectral(
     transport_list = name_list(transports, "--transports")
     options = {"levels": levels, "fields": fields, "steps": steps, "gpu": gpu, "fft_streams": fft_streams}
     with bench_ranks(nprocs, gpu) as comm:
-        group_counts = int_list(pipeline, "--pipeline") if comm.size > 1 else [1]
+        group_counts = int_list(pipeline, "--pipeline", ("auto",)) if comm.size > 1 else [1]
         _bench_spectral(comm, grid_list, transport_list, group_counts, options, graphs, peer, out)
 
 
@@ -745,7 +746,7 @@ def _bench_spectral(
     comm: Any,
     grid_list: list[str],
     transport_list: list[str],
-    group_counts: list[int],
+    group_counts: list[int | str],
     options: dict[str, Any],
     graphs: bool,
     peer: bool,

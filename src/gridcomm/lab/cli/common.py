@@ -73,12 +73,14 @@ def ranks_or_relaunch(nprocs: int) -> None:
         raise typer.Exit(relaunch_self(nprocs))
 
 
-def int_list(text: str, what: str) -> list[int]:
-    """``"8,16,32"`` as [8, 16, 32]; a clear error for anything else."""
+def int_list(text: str, what: str, words: tuple[str, ...] = ()) -> list[Any]:
+    """``"8,16,32"`` as [8, 16, 32], each of ``words`` (e.g. "auto") kept as it is; a clear error for anything
+    else."""
     try:
-        values = [int(s) for s in text.split(",") if s.strip()]
+        values = [s.strip() if s.strip() in words else int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise typer.BadParameter(f"{what}: {text!r} is not a comma-separated list of integers") from None
+        also = "".join(f" or {word!r}" for word in words)
+        raise typer.BadParameter(f"{what}: {text!r} is not a comma-separated list of integers{also}") from None
     if not values:
         raise typer.BadParameter(f"{what}: give at least one value")
     return values

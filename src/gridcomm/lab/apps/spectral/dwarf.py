@@ -53,6 +53,9 @@ PHASES = ("legendre", "fft", "transposition")
 #: hide behind wait for it. On 4 x H100 (TCo639, 8 groups, ms per step): 792 blocks 28.3, 64 25.7, 32 32.1,
 #: 16 47.4 (too few blocks to keep the links busy); nccl 28.4; not pipelined, ipc 27.6.
 PIPELINE_IPC_BLOCKS = 64
+#: Groups of rows of ``pipeline="auto"`` where the transpositions can overlap the FFTs: TCo639 on 4 x H200 took
+#: 19.4 ms per step with 8 groups (ipc), against 21.0 with 1 and 20.4-20.8 with 4; 16 took 21.1 (docs/spectral.md).
+AUTO_PIPELINE = 8
 
 
 class DistributedTransform:
@@ -76,7 +79,9 @@ class DistributedTransform:
             come before them in the inverse and after them in the direct transform). The row FFTs are cut, not
             multiplied, so the compute costs what it did. Needs a transport a CUDA graph can replay (ipc,
             nccl). Without graphs, or with ``overlap`` False, the groups run one phase after the other, each
-            phase timed (what a benchmark compares the overlap with). Default 1: one transposition of every row.
+            phase timed (what a benchmark compares the overlap with). ``"auto"`` (the default): AUTO_PIPELINE
+            groups with graphs on several ranks where the transport picked is one a CUDA graph replays, else 1
+            (one transposition of every row).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
@@ -98,15 +103,15 @@ class DistributedTransform:
         xp: Any = np,
         graphs: bool = False,
         fft_streams: int | None = None,
-        pipeline: int = 1,
+        pipeline: int | str = "auto",
     ) -> None:
         batch = whole_number(batch, "batch", least=1)
         graphs = flag(graphs, "graphs")
-        meaning = "groups of latitude rows whose transpositions overlap the FFTs of the others"
-        pipeline = whole_number(pipeline, "pipeline", least=1, meaning=meaning)
         xp = resolve_array_module(xp, ArgumentError)
         if graphs and xp is np:
             raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
+        auto = pipeline == "auto"
+        pipeline = pipeline_groups(pipeline, graphs)
 
         self.comm = comm = Communicator.wrap(comm)
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
@@ -132,6 +137,42 @@ class DistributedTransform:
         self._to_waves: list[Any] = []
         self._closed = False
         self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
+        self.graphs = graphs
+        if not self._arrange(bands, sets, pipeline, transport, fft_streams, need_graphs=auto and pipeline > 1):
+            self._arrange(bands, sets, 1, transport, fft_streams)  # "auto" picked a transport no graph replays
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.products = self.transform.product_clock = ProductClock(xp)
+        groups = self.pipeline
+        if graphs:
+            # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
+            # graph writes; the compute graphs replay one after the other on one stream, so they may share
+            # temporaries (a pipeline's transposition graphs, on a stream of their own, allocate none).
+            self.stream = xp.cuda.Stream(non_blocking=True)
+            self._pool = xp.cuda.MemoryPool()
+            # One buffer each for the coefficients and the grid values, what the caller hands in and what the
+            # transform hands out alike: a step that gives direct() the values inverse() returned, or inverse()
+            # the coefficients direct() returned, copies nothing (TCo639 on 4 GPUs: 1.4 GB of values and 0.34 GB
+            # of coefficients per rank and step).
+            self._coefficients = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
+            self._values = xp.zeros((batch, self.transform.points), dtype=np.float64)
+        if groups > 1:
+            # The groups' output, the stream their transpositions run on, and the events ordering the two streams.
+            self._values_out = self._values if graphs else xp.zeros((batch, self.transform.points), np.float64)
+            if graphs:
+                # The highest priority: a transposition's blocks start as soon as SMs free up, not after the FFT's.
+                self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
+                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+
+    def _arrange(
+        self, bands: list[np.ndarray], sets: list[np.ndarray], pipeline: int, transport: Any,
+        fft_streams: int | None, need_graphs: bool = False,
+    ) -> bool:  # fmt: skip
+        """Cut every rank's rows into ``pipeline`` groups, lay out both sides and make the transposers
+        (collective). With ``need_graphs``, stop (closing what was made) and return False where the transport
+        picked is one a CUDA graph does not replay."""
+        comm, grid, batch, xp, t = self.comm, self.grid, self.batch, self.xp, self.truncation
+        graphs = self.graphs
         # As many groups on every rank: each group is a transposition of every rank's rows of that group.
         cut = [row_groups(band, grid.nlon, pipeline if comm.size > 1 else 1) for band in bands]
         groups = min(len(c) for c in cut)
@@ -165,50 +206,32 @@ class DistributedTransform:
             if overlapped and transport == "ipc":
                 transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
             m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
-            self._make_transposers(m_start, transport, hold_ipc=overlapped and transport == "auto")
+            if not self._make_transposers(m_start, transport, overlapped and transport == "auto", need_graphs):
+                return False
         self._group_transforms = self._fourier_groups(fft_streams) if groups > 1 else [self.transform]
-        self.seconds = dict.fromkeys(PHASES, 0.0)
-        self.products = self.transform.product_clock = ProductClock(xp)
-        self.graphs = graphs
-        if graphs:
-            # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
-            # graph writes; the compute graphs replay one after the other on one stream, so they may share
-            # temporaries (a pipeline's transposition graphs, on a stream of their own, allocate none).
-            self.stream = xp.cuda.Stream(non_blocking=True)
-            self._pool = xp.cuda.MemoryPool()
-            # One buffer each for the coefficients and the grid values, what the caller hands in and what the
-            # transform hands out alike: a step that gives direct() the values inverse() returned, or inverse()
-            # the coefficients direct() returned, copies nothing (TCo639 on 4 GPUs: 1.4 GB of values and 0.34 GB
-            # of coefficients per rank and step).
-            self._coefficients = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
-            self._values = xp.zeros((batch, self.transform.points), dtype=np.float64)
-        if groups > 1:
-            # The groups' output, the stream their transpositions run on, and the events ordering the two streams.
-            self._values_out = self._values if graphs else xp.zeros((batch, self.transform.points), np.float64)
-            if graphs:
-                # The highest priority: a transposition's blocks start as soon as SMs free up, not after the FFT's.
-                self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
-                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
-                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+        return True
 
-    def _make_transposers(self, m_start: np.ndarray, transport: Any, hold_ipc: bool = False) -> None:
+    def _make_transposers(
+        self, m_start: np.ndarray, transport: Any, hold_ipc: bool = False, need_graphs: bool = False
+    ) -> bool:
         """One Transposer each way per group of rows: rank q's rows of the group, of my wavenumbers <-> rank p's
         wavenumbers on my rows of the group (collective; on an error every one made is closed first). With
         ``hold_ipc``, where ``"auto"`` picks ipc's kernel (measured on one transposition alone, where every SM is
         its own), it is made again on PIPELINE_IPC_BLOCKS blocks, as where ``"ipc"`` is named (every rank picks
-        the same)."""
+        the same). With ``need_graphs``, where the transport picked is one a CUDA graph does not replay, every one
+        made is closed and False returned."""
         from ....transpose import Transposer
 
         batch = self.batch
         try:
             for g, rows in enumerate(self.row_groups[self.comm.rank]):
-                if g == 1 and hold_ipc and _unheld_ipc_kernel(self._to_rows[0].transport):
-                    transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
-                    for made in (*self._to_rows, *self._to_waves):
-                        made.close()
-                    self._to_rows, self._to_waves = [], []
-                    self._make_transposers(m_start, transport)
-                    return
+                picked = self._to_rows[0].transport if g == 1 else None
+                if picked is not None and need_graphs and not picked.graph_capturable:
+                    self._close_transposers()
+                    return False
+                if picked is not None and hold_ipc and _unheld_ipc_kernel(picked):
+                    self._close_transposers()
+                    return self._make_transposers(m_start, IpcTransport(blocks=PIPELINE_IPC_BLOCKS))
                 spans = [self.layout.span(int(r[0])) for r in self._group(g)]  # q's block of group g
                 on_legendre = {q: Box((start,), (stop,)) for q, (start, stop) in enumerate(spans)}
                 on_fourier = {
@@ -221,6 +244,12 @@ class DistributedTransform:
         except BaseException:
             self.close()
             raise
+        return True
+
+    def _close_transposers(self) -> None:
+        for transposer in (*self._to_rows, *self._to_waves):
+            transposer.close()
+        self._to_rows, self._to_waves = [], []
 
     def _group(self, g: int) -> list[np.ndarray]:
         """Every rank's rows of group ``g``, in rank order (none is empty: there are at most as many groups as
@@ -412,9 +441,7 @@ class DistributedTransform:
     def close(self) -> None:
         self._closed = True
         self._replays.clear()  # graphs first: they use the transposers' mappings (and NCCL waits for them)
-        for transposer in (*self._to_rows, *self._to_waves):
-            transposer.close()
-        self._to_rows, self._to_waves = [], []
+        self._close_transposers()
 
     def __enter__(self) -> DistributedTransform:
         return self
@@ -437,6 +464,17 @@ class _Timer:
     def __exit__(self, *exc: object) -> None:
         _synchronize(self.owner.xp)
         self.owner.seconds[self.phase] += time.perf_counter() - self.start
+
+
+def pipeline_groups(pipeline: int | str, graphs: bool) -> int:
+    """The groups of rows that ``pipeline`` asks for (DistributedTransform): a whole number at least 1, or
+    ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap the FFTs), else 1."""
+    if pipeline == "auto":
+        return AUTO_PIPELINE if graphs else 1
+    if isinstance(pipeline, str):
+        raise ArgumentError(f"pipeline={pipeline!r}: pass a whole number of groups of rows (at least 1) or 'auto'")
+    meaning = "groups of latitude rows whose transpositions overlap the FFTs of the others"
+    return whole_number(pipeline, "pipeline", least=1, meaning=meaning)
 
 
 def _unheld_ipc_kernel(transport: Any) -> bool:
@@ -486,7 +524,7 @@ def run_spectral(
     gpu: bool = False,
     graphs: bool | None = None,
     fft_streams: int | None = None,
-    pipeline: int = 1,
+    pipeline: int | str = "auto",
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface

@@ -8,17 +8,66 @@
 // loads then hit L1).
 #define TILE 32  // the pick's tile side
 
-// spectra[b, bin_offsets[r] + k] = sum of the terms codes[first[j] .. first[j + 1]) of bin j = bin_offsets[r] + k:
-// code c < M is F_c, M <= c < 2M is conj F_(c - M), 2M is zero. Where simple[r], every bin k of row r has the one
-// term direct[k] (the position of m = k, or 2M where no m = k is there): the rows at least 2M long.
+// Row r of n = 2h points is h complex points z_j = x_2j + i x_2j+1 to cuFFT, whose complex transform of length h
+// costs less than the real one of length n (fourier.py). Its half spectrum, bins B_0..B_h from
+// bin_offsets[r], is then the slots of Z_0..Z_h-1 (slot h unused), related by the twiddles
+// w_k = exp(2 pi i k / n) (``twiddle``, computed where used: a table of every w_k doubled the bytes the fold and
+// the pick read, and two small tables whose products give w_k took as long as this; w_h-k = -conj w_k):
+//   inverse (fold): Z_k = (B_k + conj B_h-k) + i w_k (B_k - conj B_h-k), with B_0 and B_h taken real (as a real
+//   inverse FFT takes them);
+//   direct (pick):  B_k = ((Y_k + conj Y_h-k) - i conj(w_k) (Y_k - conj Y_h-k)) / 2, Y's indices mod h.
+__device__ __forceinline__ double2 twiddle(int k, int n)
+{
+    double2 w;
+    sincospi(2.0 * k / n, &w.y, &w.x);
+    return w;
+}
+
+__device__ __forceinline__ double2 twiddled(double2 low, double2 high, double2 w)
+{  // (low + conj high) + i w (low - conj high)
+    const double2 odd = make_double2(low.x - high.x, low.y + high.y);
+    return make_double2(low.x + high.x - (w.x * odd.y + w.y * odd.x), low.y - high.y + (w.x * odd.x - w.y * odd.y));
+}
+
+// Bin B_k, k = j - bin_offsets[r], is the sum of the terms codes[first[j] .. first[j + 1]): code c < M is F_c,
+// M <= c < 2M is conj F_(c - M), 2M is zero. Where simple[r], every bin k of row r has the one term direct[k]
+// (the position of m = k, or 2M where no m = k is there): the rows at least 2M long. ``row`` is the row's F_c,
+// staged in shared memory.
+__device__ __forceinline__ double2 bin_sum(
+    const double2* row, int count, bool simple, long long j, int k, const long long* __restrict__ first,
+    const int* __restrict__ codes, const int* __restrict__ direct)
+{
+    double2 sum = make_double2(0.0, 0.0);
+    if (simple) {  // the one term of bin k is F_k, or zero (no index loads)
+        const int c = direct[k];
+        if (c < count) sum = row[c];
+        return sum;
+    }
+    for (long long t = first[j]; t < first[j + 1]; ++t) {
+        const int c = codes[t];
+        if (c < count) {
+            const double2 v = row[c];
+            sum.x += v.x;
+            sum.y += v.y;
+        } else if (c < 2 * count) {
+            const double2 v = row[c - count];
+            sum.x += v.x;
+            sum.y -= v.y;
+        }
+    }
+    return sum;
+}
+
+// spectra[b, bin_offsets[r] + k] = Z_k of row r (above), from the bins B_k that fold the F_m onto the row.
 //
 // A block does the G = `group` (at most FOLD_GROUP) rows from G * blockIdx.x for `batch_per_block` fields in
 // turn. It first stages the group's F_c of every c in shared memory, loading the G neighbouring rows of one c
 // together (contiguous), and keeping row g's at staged[g * S + c], S = M rounded up to odd: the bins that
 // neighbouring threads sum then read neighbouring words, and the staging stores hit distinct banks. Its threads
-// then share out the group's bins (one contiguous range of the half spectra), each summing its bins' terms from
-// there and storing them in turn. Every F_c is read from memory once however many bins it folds onto: the rows
-// shorter than 2M, whose bins gather several terms each from all over the m axis, cost no more than the others.
+// then share out the group's pairs of bins (k, h - k), k = 0..h/2, each summing both bins' terms from there and
+// storing Z_k and Z_h-k (Z_0 alone for k = 0). Every F_c is read from memory once however many bins it folds
+// onto: the rows shorter than 2M, whose bins gather several terms each from all over the m axis, cost no more
+// than the others.
 #ifndef FOLD_GROUP
 #define FOLD_GROUP 8  // fourier.py's FOLD_GROUP, which it passes when it compiles this file
 #endif
@@ -30,10 +79,16 @@ extern "C" __global__ void gridcomm_fold(
 {
     extern __shared__ double2 staged[];  // [group][count | 1]
     __shared__ long long ends[FOLD_GROUP + 1];  // the group's rows' first bins, and one past the last's
-    const int r0 = blockIdx.x * group, in_group = min(group, rows - r0);
+    __shared__ int pair_ends[FOLD_GROUP + 1];  // the same in pairs of bins, from the group's first
     __shared__ bool single[FOLD_GROUP];  // simple[r] of the group's rows
+    const int r0 = blockIdx.x * group, in_group = min(group, rows - r0);
     if (threadIdx.x <= in_group) ends[threadIdx.x] = bin_offsets[r0 + threadIdx.x];
     if (threadIdx.x < in_group) single[threadIdx.x] = simple[r0 + threadIdx.x];
+    if (threadIdx.x == 0) {
+        pair_ends[0] = 0;
+        for (int g = 0; g < in_group; ++g)  // h / 2 + 1 pairs for h + 1 bins
+            pair_ends[g + 1] = pair_ends[g] + (int)(bin_offsets[r0 + g + 1] - bin_offsets[r0 + g] - 1) / 2 + 1;
+    }
     const int stride = count | 1, staged_count = count * group;
     const int b_end = min(batch, (int)(blockIdx.y + 1) * batch_per_block);
     for (int b = blockIdx.y * batch_per_block; b < b_end; ++b) {
@@ -44,37 +99,29 @@ extern "C" __global__ void gridcomm_fold(
             const int g = e - c * group;
             if (g < in_group) staged[g * stride + c] = f[(long long)c * rows + r0 + g];
         }
-        __syncthreads();
-        int g = 0;  // the row of bin j: j only grows, so the search only moves on
-        for (long long j = ends[0] + threadIdx.x; j < ends[in_group]; j += blockDim.x) {
-            while (j >= ends[g + 1]) ++g;
-            double2 sum = make_double2(0.0, 0.0);
-            if (single[g]) {  // the one term of bin k is F_k, or zero (no index loads)
-                const int c = direct[j - ends[g]];
-                if (c < count) sum = staged[g * stride + c];
-            } else {
-                for (long long t = first[j]; t < first[j + 1]; ++t) {
-                    const int c = codes[t];
-                    if (c < count) {
-                        const double2 v = staged[g * stride + c];
-                        sum.x += v.x;
-                        sum.y += v.y;
-                    } else if (c < 2 * count) {
-                        const double2 v = staged[g * stride + c - count];
-                        sum.x += v.x;
-                        sum.y -= v.y;
-                    }
-                }
-            }
-            spectra[(long long)b * bins + j] = sum;
+        __syncthreads();  // also orders the tables above before their first use
+        double2* out = spectra + (long long)b * bins;
+        int g = 0;  // the row of pair q: q only grows, so the search only moves on
+        for (int q = threadIdx.x; q < pair_ends[in_group]; q += blockDim.x) {
+            while (q >= pair_ends[g + 1]) ++g;
+            const long long at = ends[g];
+            const int h = (int)(ends[g + 1] - at) - 1, k = q - pair_ends[g];
+            const double2* row = staged + g * stride;
+            double2 low = bin_sum(row, count, single[g], at + k, k, first, codes, direct);
+            double2 high = bin_sum(row, count, single[g], at + h - k, h - k, first, codes, direct);
+            if (k == 0) low.y = high.y = 0.0;  // B_0 and B_h: their real parts alone
+            const double2 w = twiddle(k, 2 * h);
+            out[at + k] = twiddled(low, high, w);
+            if (k != 0 && 2 * k != h) out[at + h - k] = twiddled(high, low, make_double2(-w.x, w.y));
         }
         __syncthreads();
     }
 }
 
-// out[b, i, r] = spectra[b, picks[r, i]] times factors[r, i] part by part: the bin holding wavenumber i's F_m on
-// row r, scaled by 1 / n, its imaginary part negated where the bin holds conj F_m; on a simple row (see the fold)
-// that is bin ms[i] times inverse_lengths[r], without the per-(row, m) loads. Tile: wavenumbers i0.. of rows r0..
+// out[b, i, r] = B_k times factors[r, i] part by part, B_k being the bin of row r holding wavenumber i's F_m
+// (picks[r, i], from Z2Z's Y by the twiddles, above), scaled by 1 / n, its imaginary part negated where the bin
+// holds conj F_m; on a simple row (see the fold) that is bin ms[i] times inverse_lengths[r], without the
+// per-(row, m) loads. Tile: wavenumbers i0.. of rows r0..
 extern "C" __global__ void gridcomm_pick(
     const double2* __restrict__ spectra, long long bins, const long long* __restrict__ picks,
     const double2* __restrict__ factors, const unsigned char* __restrict__ simple,
@@ -98,7 +145,16 @@ extern "C" __global__ void gridcomm_pick(
                     bin = picks[p];
                     s = factors[p];
                 }
-                const double2 v = spectra[(long long)b * bins + bin];
+                const long long at = bin_offsets[r];
+                const int h = (int)(bin_offsets[r + 1] - at) - 1, k = (int)(bin - at);
+                const double2* field = spectra + (long long)b * bins + at;
+                const double2 low = field[k == h ? 0 : k], high = field[k == 0 ? 0 : h - k];  // Y_k, Y_h-k
+                const double2 w = twiddle(k, 2 * h);
+                // (low + conj high) - i conj(w) (low - conj high), halved
+                const double2 odd = make_double2(low.x - high.x, low.y + high.y);
+                const double2 v = make_double2(
+                    0.5 * (low.x + high.x + (w.x * odd.y - w.y * odd.x)),
+                    0.5 * (low.y - high.y - (w.x * odd.x + w.y * odd.y)));
                 tile[y][threadIdx.x] = make_double2(v.x * s.x, v.y * s.y);
             }
         }

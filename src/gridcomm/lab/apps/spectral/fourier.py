@@ -14,11 +14,17 @@ On the host, fold and pick are NumPy gathers and the FFTs ``numpy.fft``. On the 
 kernel launch each (``fourier.cu``, transposing through shared memory; the fold stages every m of a few rows
 at once, so that a short row's folded terms are read from shared memory), and each row is one cuFFT call that
 reads and writes the rows where they lie (its distance between fields is the points per field: no copy of the
-grid values), one plan per row length shared by the rows of that length. The rows are spread over a few CUDA
-streams by length (rows sharing a plan share its work area, so they share a stream): as parallel branches of a
-CUDA graph, the small FFTs of different lengths overlap. cuFFT per row length is what bounds the phase: on one
-H200 (O640, batch 412, ``benchmarks/tune_fft.py``), cuFFT alone over the 640 row lengths took 15.5 ms per
-direction, 16.5 % of the HBM copy bandwidth for the fewest bytes the phase must move.
+grid values), one plan per row length shared by the rows of that length. That call is a *complex* FFT of half
+the row's length: a row of n = 2h real points is h complex points x_2j + i x_2j+1, and its half spectrum follows
+from theirs by one multiplication by the twiddles exp(2 pi i k / n) per bin, which the fold and the pick do as
+they pass (``fourier.cu``; every row length of the octahedral grid is a multiple of 4). On one H100 (O640, batch
+412, both rows of each length, ``benchmarks/tune_fft.py --per-length``, tune-fft-gpu-1r-20261127T090707Z) cuFFT's
+complex transforms of half length took 13.4 ms per direction over the 640 row lengths against 17.1 ms for its real
+transforms of full length. The rows are spread over a few CUDA streams by length (rows sharing a plan share its
+work area, so they share a stream): as parallel branches of a CUDA graph, the small FFTs of different lengths
+overlap. cuFFT per row length is what bounds the phase: on one H200 (O640, batch 412), cuFFT's real transforms
+alone over the 640 row lengths took 15.5 ms per direction, 16.5 % of the HBM copy bandwidth for the fewest bytes
+the phase must move.
 """
 
 from __future__ import annotations
@@ -195,6 +201,11 @@ class RowFFTs:
     def __init__(self, rows: RowGeometry, xp: Any, streams: int | None = None) -> None:
         self.rows, self.xp = rows, xp
         self.on_gpu = xp is not np
+        if self.on_gpu and (np.any(rows.lengths % 2) or np.any(rows.starts % 2)):
+            raise ArgumentError(
+                "the GPU's row FFTs read a row's points in pairs: every row needs an even length and an even first "
+                f"point (lengths {np.unique(rows.lengths % 2)} mod 2, first points {np.unique(rows.starts % 2)} mod 2)"
+            )
         streams = GPU_FFT_STREAMS if streams is None else whole_number(streams, "fft_streams", least=1)
         self._lanes = [xp.cuda.Stream(non_blocking=True) for _ in range(streams)] if self.on_gpu and streams > 1 else []
         # Rows of one length share a cuFFT plan and its work area, so they share a lane (run one after another).
@@ -310,7 +321,7 @@ class RowFFTs:
         inverse = direction == "inverse"
         source_at, target_at = source.data.ptr, target.data.ptr
         source_size, target_size = source.itemsize, target.itemsize
-        source_field, target_field = source.shape[1], target.shape[1]
+        source_field, target_field = _complex_points(source), _complex_points(target)
         sign = cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD
 
         missing = [n for n in self._lengths if (n, direction) not in plans]
@@ -319,7 +330,7 @@ class RowFFTs:
 
             def make(n: int) -> tuple[int, Any]:
                 with self.xp.cuda.Device(device):
-                    return n, _cufft_plan(n, inverse, batch, source_field, target_field)
+                    return n, _cufft_plan(n, batch, source_field, target_field)
 
             with concurrent.futures.ThreadPoolExecutor(min(PLAN_THREADS, len(missing))) as pool:
                 plans.update(((n, direction), plan) for n, plan in pool.map(make, missing))
@@ -370,14 +381,26 @@ class _At:
         self.data = types.SimpleNamespace(ptr=ptr)
 
 
-def _cufft_plan(n: int, inverse: bool, batch: int, source_field: int, target_field: int) -> Any:
-    """A cuFFT plan of ``batch`` double-precision real transforms of length n (complex-to-real when ``inverse``),
-    unit strides, fields ``source_field`` and ``target_field`` elements apart in the source and the target."""
+def _cufft_plan(n: int, batch: int, source_field: int, target_field: int) -> Any:
+    """A cuFFT plan of ``batch`` double-precision complex transforms of length n / 2 (a real row of n points as
+    n / 2 complex ones, module doc), unit strides, fields ``source_field`` and ``target_field`` complex elements
+    apart in the source and the target; either direction."""
     from cupy.cuda import cufft
 
-    bins = n // 2 + 1
-    kind, inembed, onembed = (cufft.CUFFT_Z2D, [bins], [n]) if inverse else (cufft.CUFFT_D2Z, [n], [bins])
-    return cufft.PlanNd([n], inembed, 1, source_field, onembed, 1, target_field, kind, batch, "C", -1, None)
+    half = n // 2
+    return cufft.PlanNd([half], [half], 1, source_field, [half], 1, target_field, cufft.CUFFT_Z2Z, batch, "C", -1, None)
+
+
+def _complex_points(array: Any) -> int:
+    """The length of one field of the 2-D ``array`` (batch, length) in complex128 elements: real grid values
+    hold two points per complex element."""
+    size = array.shape[1] * array.itemsize
+    if size % 16:
+        raise ArgumentError(
+            f"grid values of {array.shape[1]} points per field: the GPU's row FFTs read a field's points in pairs, "
+            "so its length must be even"
+        )
+    return size // 16
 
 
 def fold_group(count: int) -> tuple[int, int]:
