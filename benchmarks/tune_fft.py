@@ -47,7 +47,7 @@ from gridcomm.lab.measure.machine import machine_info
 
 STREAMS = (1, 2, 4, 8)
 #: The fold launch's shapes timed alone: (threads per block, shared memory per block [KiB], fields per block).
-FOLD_SHAPES = ((512, 48, 1), (1024, 96, 4), (512, 48, 4), (256, 24, 1), (512, 24, 4))
+FOLD_SHAPES = ((256, 24, 1), (512, 48, 1), (1024, 96, 4), (512, 48, 4), (512, 24, 4))
 
 
 @contextlib.contextmanager

@@ -53,13 +53,16 @@ TILE = 32  # fourier.cu's tile side (the pick)
 THREADS = 256  # per block: 32 x 8 for the pick
 BATCH_PER_BLOCK = 4  # fields a block does in turn (its index loads then hit L1)
 #: The fold's shape (fourier.cu): rows per block at most, threads per block, fields per block, and shared memory
-#: per block where a row of staged wavenumbers is smaller [bytes]. On one H200 (O640, batch 412) 4 rows (48 KiB),
-#: 512 threads and 1 field took 3.32 ms, against 3.35-3.83 ms in 4 other shapes (``benchmarks/tune_fft.py``,
-#: tune-fft-gpu-1r-20261124T075953Z) and 5.78 ms for the 32 x 32 tiles it replaced (...20261123T174002Z).
+#: per block where a row of staged wavenumbers is smaller [bytes]. The fold of pairs of bins (for the half-length
+#: complex FFTs) took 5.26-5.33 ms on one H100 (O640, batch 412) with 2 rows (24 KiB), 256 threads and 1 field,
+#: against 5.69-5.90 ms with 4 rows (48 KiB) and 512 threads and 5.8-6.6 ms in 3 other shapes, in three runs
+#: (``benchmarks/tune_fft.py``, tune-fft-gpu-1r-20261127T092610Z, ...T092407Z, ...T094503Z). The fold of single
+#: bins before it was fastest with 4 rows and 512 threads: 3.32 ms on one H200 (...20261124T075953Z), against
+#: 5.78 ms for the 32 x 32 tiles it replaced (...20261123T174002Z).
 FOLD_GROUP = 8
-FOLD_THREADS = 512
+FOLD_THREADS = 256
 FOLD_BATCH_PER_BLOCK = 1
-FOLD_SHARED_BYTES = 48 * 1024
+FOLD_SHARED_BYTES = 24 * 1024
 DEFAULT_SHARED_BYTES = 48 * 1024  # dynamic shared memory every launch may use without opting in
 #: Plans kept per batch size seen (a transform usually sees one): cuFFT plans hold work areas on the device.
 _BATCHES_KEPT = 2
