@@ -215,23 +215,31 @@ class DistributedTransform:
         self, m_start: np.ndarray, transport: Any, hold_ipc: bool = False, need_graphs: bool = False
     ) -> bool:
         """One Transposer each way per group of rows: rank q's rows of the group, of my wavenumbers <-> rank p's
-        wavenumbers on my rows of the group (collective; on an error every one made is closed first). With
-        ``hold_ipc``, where ``"auto"`` picks ipc's kernel (measured on one transposition alone, where every SM is
-        its own), it is made again on PIPELINE_IPC_BLOCKS blocks, as where ``"ipc"`` is named (every rank picks
-        the same). With ``need_graphs``, where the transport picked is one a CUDA graph does not replay, every one
-        made is closed and False returned."""
+        wavenumbers on my rows of the group (collective; on an error every one made is closed first).
+        ``transport``: one for both ways, or a pair (to rows, to waves). The later groups take what the first
+        group's transposers picked each way (``"auto"`` measures once, and every rank picks the same). With
+        ``hold_ipc``, a way where ``"auto"`` picked ipc's kernel on as many blocks as it likes (measured on one
+        transposition alone, where every SM is its own) is made again on PIPELINE_IPC_BLOCKS blocks, as where
+        ``"ipc"`` is named. With ``need_graphs``, where a way's transport is one a CUDA graph does not replay, every
+        one made is closed and False returned."""
         from ....transpose import Transposer
 
         batch = self.batch
+        ways = transport if isinstance(transport, tuple) else (transport, transport)
         try:
             for g, rows in enumerate(self.row_groups[self.comm.rank]):
-                picked = self._to_rows[0].transport if g == 1 else None
-                if picked is not None and need_graphs and not picked.graph_capturable:
-                    self._close_transposers()
-                    return False
-                if picked is not None and hold_ipc and _unheld_ipc_kernel(picked):
-                    self._close_transposers()
-                    return self._make_transposers(m_start, IpcTransport(blocks=PIPELINE_IPC_BLOCKS))
+                if g == 1:  # the first group's picks, each way
+                    picked = (self._to_rows[0].transport, self._to_waves[0].transport)
+                    if need_graphs and not all(way.graph_capturable for way in picked):
+                        self._close_transposers()
+                        return False
+                    if hold_ipc and any(_unheld_ipc_kernel(way) for way in picked):
+                        self._close_transposers()
+                        held = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
+                        return self._make_transposers(
+                            m_start, tuple(held if _unheld_ipc_kernel(w) else w for w in picked)
+                        )
+                    ways = picked
                 spans = [self.layout.span(int(r[0])) for r in self._group(g)]  # q's block of group g
                 on_legendre = {q: Box((start,), (stop,)) for q, (start, stop) in enumerate(spans)}
                 on_fourier = {
@@ -239,8 +247,8 @@ class DistributedTransform:
                     for p in range(self.comm.size)
                 }
                 sides = (self.legendre_side, self._fourier_sides[g])
-                self._to_rows.append(Transposer(self.comm, on_legendre, on_fourier, *sides, transport))
-                self._to_waves.append(Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], transport))
+                self._to_rows.append(Transposer(self.comm, on_legendre, on_fourier, *sides, ways[0]))
+                self._to_waves.append(Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], ways[1]))
         except BaseException:
             self.close()
             raise
