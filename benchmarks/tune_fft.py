@@ -10,7 +10,9 @@ Variants (one direction each: inverse = fold + C2R per row, direct = R2C per row
 - ``transform, k streams``: SpectralTransform.fourier_inverse / fourier_direct (apps/spectral/fourier.py);
 - ``fold alone`` (in each of FOLD_SHAPES), ``pick alone``: the transform's two launches besides cuFFT;
 - ``cufft alone``: one batched cuFFT plan per row length over both rows of that length, from and to
-  contiguous scratch, one stream: what the library's FFT calls alone cost.
+  contiguous scratch, one stream, real transforms of the whole length: what the library's FFT calls alone cost
+  in the design before 2026-11-27 (the transform now calls complex transforms of half the length, which
+  ``--per-length`` times beside these).
 
 With ``--per-length``: instead, each row length alone (both rows of the length in one call, batch 2 x fields),
 by cuFFT (graph replays), by cuFFT's complex transform of half the length over the same bytes (``half_*``: a real
