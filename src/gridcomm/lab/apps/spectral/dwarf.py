@@ -138,8 +138,8 @@ class DistributedTransform:
         self._closed = False
         self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
         self.graphs = graphs
-        if not self._arrange(bands, sets, pipeline, transport, fft_streams, need_graphs=auto and pipeline > 1):
-            self._arrange(bands, sets, 1, transport, fft_streams)  # "auto" picked a transport no graph replays
+        if not self._arrange(bands, sets, pipeline, transport, need_graphs=auto and pipeline > 1):
+            self._arrange(bands, sets, 1, transport)  # "auto" picked a transport no graph replays
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.products = self.transform.product_clock = ProductClock(xp)
         groups = self.pipeline
@@ -165,9 +165,8 @@ class DistributedTransform:
                 self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
 
     def _arrange(
-        self, bands: list[np.ndarray], sets: list[np.ndarray], pipeline: int, transport: Any,
-        fft_streams: int | None, need_graphs: bool = False,
-    ) -> bool:  # fmt: skip
+        self, bands: list[np.ndarray], sets: list[np.ndarray], pipeline: int, transport: Any, need_graphs: bool = False
+    ) -> bool:
         """Cut every rank's rows into ``pipeline`` groups, lay out both sides and make the transposers
         (collective). With ``need_graphs``, stop (closing what was made) and return False where the transport
         picked is one a CUDA graph does not replay."""
@@ -208,7 +207,7 @@ class DistributedTransform:
             m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
             if not self._make_transposers(m_start, transport, overlapped and transport == "auto", need_graphs):
                 return False
-        self._group_transforms = self._fourier_groups(fft_streams) if groups > 1 else [self.transform]
+        self._group_transforms = self._fourier_groups() if groups > 1 else [self.transform]
         return True
 
     def _make_transposers(
@@ -264,7 +263,7 @@ class DistributedTransform:
         the fewest rows of a rank)."""
         return [groups[g] for groups in self.row_groups]
 
-    def _fourier_groups(self, fft_streams: int | None) -> list[SpectralTransform]:
+    def _fourier_groups(self) -> list[SpectralTransform]:
         """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
         reading and writing its rows' points where they lie in grid values of all of this rank's rows."""
         starts = RowGeometry.of(self.grid.nlon[self.rows]).starts  # each of this rank's rows (ascending)
