@@ -102,6 +102,11 @@ sys.exit(run_under_mpiexec(4, [sys.executable, 'tests/mpi_programs/stencil2d_ran
 sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_persistent.py', '--out', '$dir/results', \
 *'${TUNE_PERSISTENT:-}'.split()]))"
         ;;
+      probe-spectral-overlap)  # where the pipelined spectral transform's overlap goes: TCo639 on every GPU with its
+        # transpositions, its Legendre stages or both skipped (benchmarks/probe_spectral_overlap.py)
+        stage probe-spectral-overlap 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/probe_spectral_overlap.py', '--out', '$dir/results']))"
+        ;;
       probe-mpi-waits)  # a small host transposition completed by one blocking MPI call, by MPI's wait, by gridcomm's
         # poll and by a spin, HOST_RANKS ranks (default 16) on the host CPU (benchmarks/probe_mpi_waits.py)
         stage probe-mpi-waits 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \

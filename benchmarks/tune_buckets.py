@@ -4,12 +4,12 @@ timed with CUDA events on one GPU (eager: CuPy refuses cuBLAS inside a graph cap
 matrix-product rate of the same run; and, per case, the products alone (the moves around them skipped), which
 says how much of the phase the moves cost. ``--ranks``: also the share of one rank of a distributed transform
 over that many ranks (its wavenumbers, ``wavenumber_sets``), each on this one GPU: what a rank of a multi-GPU run
-does in its Legendre phase, whose products are smaller; ``--groups G``: such a share also with its Fourier
-coefficients in the blocked layout the pipelined dwarf keeps (per group of G and per rank, ``operands.RowLayout``)
-beside the plain (batch, m, 2N) array.
+does in its Legendre phase, whose products are smaller; ``--blocked``: such a share also with its Fourier
+coefficients in the blocked layout the dwarf keeps (a block of rows per rank, ``operands.RowLayout``) beside the
+plain (batch, m, 2N) array.
 
     python3 benchmarks/tune_buckets.py --out DIR [--grid O640] [--batches 31,412] [--buckets 4,16,64]
-                                       [--product-mib 16,64,256,4096] [--ranks 1,4] [--groups 8]
+                                       [--product-mib 16,64,256,4096] [--ranks 1,4] [--blocked]
 
 Writes DIR/tune-buckets-gpu-1r-<time>.json and prints one line per case. MAX_BUCKETS_GPU and GPU_PRODUCT_BYTES in
 apps/spectral/transform.py come from this run.
@@ -29,7 +29,7 @@ from gridcomm.comm import Communicator
 from gridcomm.grids.octahedral import OctahedralGrid
 from gridcomm.lab.apps.spectral import operands
 from gridcomm.lab.apps.spectral import transform as spectral
-from gridcomm.lab.apps.spectral.distribution import row_groups, row_shares, wavenumber_sets
+from gridcomm.lab.apps.spectral.distribution import row_shares, wavenumber_sets
 from gridcomm.lab.apps.spectral.dwarf import random_coefficients
 from gridcomm.lab.bench.results import write_results
 from gridcomm.lab.bench.spectral import legendre_flops, matmul_gflops
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--buckets", default="4,16,64")
     parser.add_argument("--product-mib", default="16,64,256,4096")
     parser.add_argument("--ranks", default="1", help="ranks whose first rank's share is timed, comma-separated")
-    parser.add_argument("--groups", type=int, default=0, help="also the dwarf's blocked layout for this many groups")
+    parser.add_argument("--blocked", action="store_true", help="also the dwarf's layout, a block of rows per rank")
     args = parser.parse_args()
     import cupy
 
@@ -95,14 +95,13 @@ def main() -> int:
         ms = wavenumber_sets(t, ranks)[0]
         transform = spectral.SpectralTransform(grid, wavenumbers=ms, xp=cupy)
         blocks = None
-        if args.groups and ranks > 1:  # the pipelined dwarf's blocks: per group, then per rank
-            cut = [row_groups(band, grid.nlon, args.groups) for band in row_shares(grid.nlon, ranks)]
-            blocks = [rows[g] for g in range(min(len(c) for c in cut)) for rows in cut]
+        if args.blocked and ranks > 1:  # the dwarf's blocks: per rank
+            blocks = row_shares(grid.nlon, ranks)
         for batch in batches:
             a = cupy.asarray(random_coefficients(t, ms, batch))
             layouts = {"plain": None}
             if blocks is not None:
-                layouts[f"blocked, {args.groups} groups"] = operands.RowLayout.blocked(batch, len(ms), blocks)
+                layouts["blocked"] = operands.RowLayout.blocked(batch, len(ms), blocks)
             for mib, (kind, layout) in ((int(m), k) for m in args.product_mib.split(",") for k in layouts.items()):
                 spectral.GPU_PRODUCT_BYTES = mib * 2**20
                 seconds = seconds_per_round_trip(transform, a, cupy, layout)
@@ -123,7 +122,7 @@ def main() -> int:
             cupy.get_default_memory_pool().free_all_blocks()
         del transform
     config = {"grid": args.grid, "batches": args.batches, "buckets": args.buckets, "product_mib": args.product_mib,
-              "ranks": args.ranks, "groups": args.groups}  # fmt: skip
+              "ranks": args.ranks, "blocked": args.blocked}  # fmt: skip
     print(f"wrote {write_results(args.out, 'tune-buckets', machine_info(1, gpus_used=1), config, rows)}")
     return 0
 

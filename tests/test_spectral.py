@@ -3,10 +3,13 @@ checked against ducc0, an independent implementation, and against itself (round 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from conftest import needs_mpiexec
+from gridcomm.errors import ArgumentError
 from gridcomm.grids.octahedral import OctahedralGrid
 from gridcomm.lab.apps.spectral import (
     SpectralTransform,
@@ -16,6 +19,7 @@ from gridcomm.lab.apps.spectral import (
     row_shares,
     wavenumber_sets,
 )
+from gridcomm.lab.apps.spectral.dwarf import random_coefficients as rank_coefficients
 from gridcomm.lab.apps.spectral.fourier import folding_table, plan_folding
 from gridcomm.lab.apps.spectral.legendre import legendre_functions
 from gridcomm.lab.apps.spectral.transform import MAX_BUCKETS
@@ -162,33 +166,39 @@ def test_row_shares_fall_back_to_bands_where_there_are_too_few_rows():
         assert all(np.array_equal(a, b) for a, b in zip(shares, bands, strict=True))
 
 
-@pytest.mark.parametrize("n, nranks, groups", [(640, 4, 4), (640, 4, 8), (24, 3, 3), (17, 4, 2), (8, 16, 3)])
-def test_row_groups_keep_rows_and_points_in_one_ratio(n, nranks, groups):
-    """A pipelined rank's groups of rows (``row_groups``) hold all its rows once, each group ascending, every row
-    beside its mirror in the other hemisphere, and as many rows as points would say: where the rows pair evenly
-    (O640 over 4 ranks) every group has 4 rows per 2 x (nlon[0] + nlon[N - 1]) points, and as many as the
-    others."""
-    from gridcomm.lab.apps.spectral.distribution import row_groups
-
+@pytest.mark.parametrize("n, nranks", [(48, 2), (48, 4), (17, 3), (8, 1)])
+def test_legendre_parts_give_the_whole_bit_for_bit(n, nranks):
+    """A rank's Legendre products cut into parts (``legendre_parts``: runs of whole products that tile its m axis
+    in order), each part's inverse and direct run on its own, give bit for bit what the whole gives (a pipelined
+    dwarf runs its products stage by stage); a part that cuts a product is refused, and wavenumbers that do not
+    ascend make one part."""
     grid = OctahedralGrid(n)
-    for band in row_shares(grid.nlon, nranks):
-        cut = row_groups(band, grid.nlon, groups)
-        assert 1 <= len(cut) <= groups
-        assert np.array_equal(np.sort(np.concatenate(cut)), band)
-        last = 2 * n - 1
-        for rows in cut:
-            assert np.array_equal(rows, np.sort(rows))
-            assert all((last - r) in rows or (last - r) not in band for r in rows.tolist())
-        if n == 640:
-            quad_points = 2 * (grid.nlon[0] + grid.nlon[n - 1])
-            assert len(cut) == groups and len({len(rows) for rows in cut}) == 1
-            for rows in cut:
-                assert len(rows) % 4 == 0 and int(grid.nlon[rows].sum()) * 4 == len(rows) * quad_points
+    ms = wavenumber_sets(grid.N - 1, nranks)[-1]
+    transform = SpectralTransform(grid, wavenumbers=ms)
+    batch = 3
+    parts = transform.legendre_parts(batch)
+    assert parts[0][0] == 0 and parts[-1][1] == len(ms) and len(parts) > (n > 8)
+    assert all(stop == first for (_, stop), (first, _) in itertools.pairwise(parts))
+    a = rank_coefficients(transform.truncation, ms, batch, seed=5)
+    fourier = transform.legendre_inverse(a)
+    pieces = [transform.legendre_inverse(a, part=part) for part in parts]
+    assert np.array_equal(np.concatenate(pieces, axis=1), fourier)
+    out = np.full_like(a, np.nan)
+    for part, piece in zip(parts, pieces, strict=True):
+        transform.legendre_direct(piece, out=out, part=part)
+    assert np.array_equal(out, transform.legendre_direct(fourier))
+    inside = [p for p in range(1, len(ms)) if p not in {first for first, _ in parts}]  # within a product
+    if inside:
+        with pytest.raises(ArgumentError, match="legendre_parts"):
+            transform.legendre_inverse(a, part=(0, inside[0]))
+    if len(parts) > 1:
+        shuffled = SpectralTransform(grid, wavenumbers=ms[::-1])
+        assert shuffled.legendre_parts(batch) == [(0, len(ms))]
 
 
 def test_values_layout_may_place_every_row():
     """A Fourier half may read and write its rows anywhere in wider grid-value arrays: each row's first point given
-    (a pipelined dwarf's group of rows that are not consecutive on its rank); a wrong list is refused."""
+    (e.g. rows that are not consecutive on a rank); a wrong list is refused."""
     whole = SpectralTransform(16)
     rows = np.array([1, 5, 6, 30])
     starts = np.concatenate([[0], np.cumsum(whole.grid.nlon)])[rows]
@@ -509,8 +519,8 @@ def test_one_rank_has_no_transposition():
 
 
 def test_pipeline_is_checked():
-    """The pipeline takes a whole number of groups or "auto"; on one rank, which transposes nothing, it is one
-    group; "auto" is AUTO_PIPELINE groups only with CUDA graphs (where the transpositions can overlap the FFTs)."""
+    """The pipeline takes a whole number of stages or "auto"; on one rank, which transposes nothing, it is one
+    stage; "auto" is AUTO_PIPELINE stages only with CUDA graphs (where the transpositions can overlap the products)."""
     import gridcomm
     from gridcomm.errors import ArgumentError, ArgumentTypeError
     from gridcomm.lab.apps.spectral.dwarf import AUTO_PIPELINE, DistributedTransform, pipeline_groups

@@ -233,9 +233,9 @@ def test_gpu_row_ffts_need_even_rows(cupy):
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", sorted({2, gpu_count()}))
 def test_pipelined_transform_on_several_gpus(mpi_checks, nranks):
-    """tests/mpi_programs/checks_spectral.py on one rank per GPU: the pipelined transform (each group of rows
-    transposed apart, overlapping the other groups' FFTs) bit for bit equal to one transposition of every row,
-    and run_spectral's split of a pipelined run adding up to at most its step."""
+    """tests/mpi_programs/checks_spectral.py on one rank per GPU: the pipelined transform (each stage of wavenumbers
+    transposed apart, overlapping the other stages' Legendre products) bit for bit equal to one transposition of
+    every wavenumber, and run_spectral's split of a pipelined run adding up to at most its step."""
     if gpu_count() < 2:
         pytest.skip(f"needs 2 CUDA GPUs; {gpu_count()} here")
     checks = (

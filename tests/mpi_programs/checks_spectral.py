@@ -66,8 +66,8 @@ def check_run_spectral_round_trip(comm):
 
 @ranks(minimum=2)
 def check_auto_pipeline(comm):
-    """``pipeline="auto"``: several groups (AUTO_PIPELINE, or fewer where a rank has fewer quads of rows) where the
-    transport is one a CUDA graph replays (GPU, graphs: ipc, nccl), one group where it is not (staged, through the
+    """``pipeline="auto"``: several stages (AUTO_PIPELINE, or fewer where a rank has fewer Legendre products) where
+    the transport is one a CUDA graph replays (GPU, graphs: ipc, nccl), one stage where it is not (staged, through the
     host) or where there are no graphs (the host); the round trip holds either way."""
     if ON_GPU:
         import cupy as xp
@@ -82,7 +82,7 @@ def check_auto_pipeline(comm):
         for transport, grouped in cases:
             with DistributedTransform(gc, "O48", batch=batch, xp=xp, graphs=ON_GPU, transport=transport) as dist:
                 if (dist.pipeline > 1) != grouped:
-                    problems.append(f"{transport}: auto gave {dist.pipeline} group(s)")
+                    problems.append(f"{transport}: auto gave {dist.pipeline} stage(s)")
                 back = xp.asarray(dist.direct(dist.inverse(a)))
                 error = float(abs(back - a).max()) / float(abs(a).max())
                 if not error < 1e-10:
@@ -92,10 +92,10 @@ def check_auto_pipeline(comm):
 
 @ranks(minimum=2)
 def check_pipelined_transform_equals_one_transposition(comm):
-    """Every rank's rows cut into groups (``row_groups``: rows that need not follow one another), each moved by a
-    transposition of its own, give bit for bit what one transposition of every row gives: on the host the groups
-    one after the other; on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, each group's transposition
-    overlapping the other groups' FFTs and without the overlap, over the transports a CUDA graph replays (ipc
+    """Every rank's wavenumbers cut into stages (runs of its Legendre products), each moved by a transposition of its
+    own, give bit for bit what one transposition of every wavenumber gives: on the host the stages one after the
+    other; on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, each stage's transposition overlapping the
+    other stages' products and without the overlap, over the transports a CUDA graph replays (ipc
     kernel and copy engines, nccl)."""
     from gridcomm.arrays import to_host
     from gridcomm.transports import by_label
@@ -104,7 +104,7 @@ def check_pipelined_transform_equals_one_transposition(comm):
         import cupy as xp
 
         transports = ("ipc", "ipc/copy-engine", "nccl")
-        cases = ((1, True), (3, True), (3, False))  # (groups, overlap), all with graphs
+        cases = ((1, True), (3, True), (3, False))  # (stages, overlap), all with graphs
     else:
         xp, transports, cases = np, ("auto", "mpi"), ((1, False), (3, False))
     problems = []
@@ -113,20 +113,20 @@ def check_pipelined_transform_equals_one_transposition(comm):
         a = xp.asarray(random_coefficients(t, wavenumber_sets(t, gc.size)[gc.rank], batch))
         for label in transports:
             results = {}
-            for groups, overlap in cases:
-                options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": groups}
+            for stages, overlap in cases:
+                options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": stages}
                 with DistributedTransform(gc, "O48", **options, transport=by_label(label)) as dist:
                     dist.overlap = overlap
-                    if dist.pipeline != groups:
-                        problems.append(f"{label}: pipeline={groups} gave {dist.pipeline} groups")
+                    if dist.pipeline != stages:
+                        problems.append(f"{label}: pipeline={stages} gave {dist.pipeline} stages")
                     for _ in range(3):  # with graphs the first call captures them; the others replay them
                         values = xp.asarray(dist.inverse(a)).copy()
                         back = xp.asarray(dist.direct(values)).copy()
-                    results[(groups, overlap)] = [to_host(values), to_host(back)]
+                    results[(stages, overlap)] = [to_host(values), to_host(back)]
             want = results[cases[0]]
             for key, got in results.items():
                 for what, x, y in zip(("inverse", "direct"), got, want, strict=True):
                     if not np.array_equal(x, y):
                         error = float(np.max(np.abs(x - y))) / float(np.max(np.abs(y)))
-                        problems.append(f"{label}, {key[0]} groups, overlap={key[1]}: {what} differs ({error:.1e})")
+                        problems.append(f"{label}, {key[0]} stages, overlap={key[1]}: {what} differs ({error:.1e})")
     assert_everywhere(comm, "\n".join(problems) or None)

@@ -179,22 +179,22 @@ def benchmark_spectral(
 
 
 def spectral_case(r: dict[str, Any]) -> str:
-    """A row's transport (its label where one was given) and, pipelined, its groups of rows."""
+    """A row's transport (its label where one was given) and, pipelined, its stages."""
     label = r.get("transport_label") or r["transport"]
-    return label if r.get("pipeline", 1) == 1 else f"{label}, {r['pipeline']} groups"
+    return label if r.get("pipeline", 1) == 1 else f"{label}, {r['pipeline']} stages"
 
 
 def plot_spectral(payload: dict[str, Any], png: Path) -> Path:
     """Each grid's step split into its phases, as shares of the step (slowest rank per phase, so the shares
-    may add up to more than 100 %; pipelined, of the step with the groups one after the other), the step time
-    written above each bar (pipelined: with the transpositions overlapping the FFTs)."""
+    may add up to more than 100 %; pipelined, of the step with the stages one after the other), the step time
+    written above each bar (pipelined: with the transpositions overlapping the Legendre products)."""
     from .results import machine_title, panels_figure
 
     rows = payload["results"]
     fig, (ax,) = panels_figure(1)
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
-    for phase in PHASES:  # shares of the step the split was timed in: pipelined, the groups one after the other
+    for phase in PHASES:  # shares of the step the split was timed in: pipelined, the stages one after the other
         shares = np.array([100 * r["split_s"][phase] / (r.get("sequential_step_s") or r["time_per_step_s"])
                            for r in rows])  # fmt: skip
         ax.bar(x, shares, bottom=bottom, label=phase)

@@ -244,14 +244,14 @@ def spectral(
             f"spherical-harmonic transform on {r['grid']} ({r['points']} points), T = {r['truncation']}, "
             f"{r['fields']} field(s) x {r['levels']} level(s) + 1 surface field, {r['ranks']} rank(s), "
             f"{'GPU' if r['gpu'] else 'CPU'}, transport {r['transport']}"
-            + (f", {r['pipeline']} groups of rows" if r["pipeline"] > 1 else "")
+            + (f", {r['pipeline']} stages" if r["pipeline"] > 1 else "")
         )
         split = r["slowest_rank_split_s"]
         rows = [["round-trip error (max |a - direct(inverse(a))| / max |a|)", f"{r['round_trip_error']:.2e}"]]
         rows.append([f"time per step (slowest rank: {r['slowest_rank']})", f"{r['time_per_step_s'] * 1e3:.2f} ms"])
         sequential = r.get("sequential_step_s")
-        if sequential is not None:  # pipelined: the split is of steps with the groups one phase after another
-            rows.append(["  the groups one phase after another (split below)", f"{sequential * 1e3:.2f} ms"])
+        if sequential is not None:  # pipelined: the split is of steps with the stages one phase after another
+            rows.append(["  the stages one phase after another (split below)", f"{sequential * 1e3:.2f} ms"])
         for (phase, seconds), share in zip(split.items(), percentages(list(split.values())), strict=True):
             rows.append([f"  {phase}", f"{seconds * 1e3:.2f} ms ({share} %)"])
         step = "the phase-by-phase step" if sequential is not None else "its step"
@@ -268,4 +268,4 @@ def pipeline_option(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise typer.BadParameter(f"--pipeline {text!r}: give a whole number of groups of rows or auto") from None
+        raise typer.BadParameter(f"--pipeline {text!r}: give a whole number of stages or auto") from None

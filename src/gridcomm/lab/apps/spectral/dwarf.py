@@ -10,12 +10,13 @@ coefficients F_m(row) move:
   m in rank order;
 - direct: the way back.
 
-The Legendre side is one flat buffer of blocks (``operands.RowLayout``): per group of rows g (``pipeline``) and
-then per rank q, the C-contiguous (batch, my m, q's rows of g) array that goes to q, so that every message is one
-contiguous range there, and one box of runs of my m x its rows on the Fourier side (a 1-D range pairs with any
-box of as many elements, also for ipc's direct copies: ``packing.geometry.paired_grids``). The Legendre half
-reads and writes the blocks through the layout's per-row tables. One rank keeps the plain (batch, m, 2N) array,
-which is its Fourier side as well.
+The Legendre side is one flat buffer of blocks: per stage c (a run of this rank's Legendre products,
+``pipeline``; one stage of all of them unpipelined) and then per rank q, the C-contiguous (batch, my m of c, q's
+rows) array that goes to q (``operands.RowLayout``, one per stage), so that every message is one contiguous range
+there, and one box of runs of c's m x my rows on the Fourier side (a 1-D range pairs with any box of as many
+elements, also for ipc's direct copies: ``packing.geometry.paired_grids``). The Legendre half reads and writes the
+blocks through the layouts' per-row tables. One rank keeps the plain (batch, m, 2N) array, which is its Fourier
+side as well.
 
 On the GPU each phase is a few array operations per wavenumber bucket and per row length, each a kernel launch
 that Python issues in about 10 µs: with ``graphs=True`` the FFT phases (N row lengths, a few launches each) and
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,19 +44,19 @@ from ....graphs import capture
 from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
-from .distribution import row_groups, row_shares, wavenumber_sets
-from .fourier import RowGeometry
+from .distribution import row_shares, wavenumber_sets
 from .operands import RowLayout
 from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
 PHASES = ("legendre", "fft", "transposition")
-#: Thread blocks of ipc's transposition kernel in a pipelined transform with graphs, where ``"ipc"`` is named:
-#: its default, 6 per SM, holds every SM while its blocks wait for the peers and copy, and the FFTs it should
-#: hide behind wait for it. On 4 x H100 (TCo639, 8 groups, ms per step): 792 blocks 28.3, 64 25.7, 32 32.1,
-#: 16 47.4 (too few blocks to keep the links busy); nccl 28.4; not pipelined, ipc 27.6.
-PIPELINE_IPC_BLOCKS = 64
-#: Groups of rows of ``pipeline="auto"`` where the transpositions can overlap the FFTs: TCo639 on 4 x H200 took
-#: 19.4 ms per step with 8 groups (ipc), against 21.0 with 1 and 20.4-20.8 with 4; 16 took 21.1 (docs/spectral.md).
+#: Thread blocks of ipc's transposition kernel in a pipelined transform with graphs, where ``"ipc"`` is named or
+#: picked by ``"auto"``: its default, 6 per SM, holds every SM while its blocks wait for the peers and copy, and the
+#: products it should hide behind wait for it. On 2 x H200 (TCo639, 4 stages, ms per step; one run each,
+#: spectral-gpu-2r-20261127T105408Z and the call after it): 64 blocks 35.2, 132 32.4, 264 31.2, 792 31.6;
+#: not pipelined 33.1.
+PIPELINE_IPC_BLOCKS = 264
+#: Stages of ``pipeline="auto"`` at most, where the transpositions can overlap the Legendre products: every batched
+#: product its own stage where a rank has no more (8 per rank for TCo639 on 2 or 4 GPUs: MAX_BUCKETS_GPU).
 AUTO_PIPELINE = 8
 
 
@@ -71,17 +73,20 @@ class DistributedTransform:
         graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
             transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
-        pipeline: cut every rank's latitude rows into at most this many groups (``distribution.row_groups``:
-            as many rows as points would say in each), each moved by a transposition of its own: with ``graphs``
-            the transposition of a group runs on a stream of its own (the highest priority; ipc's kernel there,
-            named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS blocks) while the FFTs of another group
-            run, so that the transpositions hide behind the FFTs (the Legendre products, which need every row,
-            come before them in the inverse and after them in the direct transform). The row FFTs are cut, not
-            multiplied, so the compute costs what it did. Needs a transport a CUDA graph can replay (ipc,
-            nccl). Without graphs, or with ``overlap`` False, the groups run one phase after the other, each
-            phase timed (what a benchmark compares the overlap with). ``"auto"`` (the default): AUTO_PIPELINE
-            groups with graphs on several ranks where the transport picked is one a CUDA graph replays, else 1
-            (one transposition of every row).
+        pipeline: cut every rank's wavenumbers into at most this many stages, runs of its batched Legendre
+            products (``SpectralTransform.legendre_parts``; as many stages on every rank), each moved by a
+            transposition of its own: with ``graphs`` the transposition of a stage runs on a stream of its own
+            (the highest priority; ipc's kernel there, named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS
+            blocks) while the products of another stage run, so that the transpositions hide behind the Legendre
+            phase (the FFTs, which need every wavenumber of a row, come after it in the inverse and before it in
+            the direct transform). In the inverse the stages of the shortest wavenumbers (the cheapest products)
+            go first, so that the first transposition starts early, and in the direct the longest, so that the
+            last products to wait for their transposition are the cheapest. The products are the unpipelined
+            transform's own, run in another order: the result is the same, bit for bit. Needs a transport a CUDA
+            graph can replay (ipc, nccl). Without graphs, or with ``overlap`` False, the stages run one phase
+            after the other, each phase timed (what a benchmark compares the overlap with). ``"auto"`` (the
+            default): AUTO_PIPELINE stages at most with graphs on several ranks where the transport picked is one
+            a CUDA graph replays, else 1 (one transposition of every wavenumber).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
@@ -142,7 +147,7 @@ class DistributedTransform:
             self._arrange(bands, sets, 1, transport)  # "auto" picked a transport no graph replays
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.products = self.transform.product_clock = ProductClock(xp)
-        groups = self.pipeline
+        stages = self.pipeline
         if graphs:
             # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
             # graph writes; the compute graphs replay one after the other on one stream, so they may share
@@ -155,79 +160,79 @@ class DistributedTransform:
             # of coefficients per rank and step).
             self._coefficients = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
             self._values = xp.zeros((batch, self.transform.points), dtype=np.float64)
-        if groups > 1:
-            # The groups' output, the stream their transpositions run on, and the events ordering the two streams.
-            self._values_out = self._values if graphs else xp.zeros((batch, self.transform.points), np.float64)
-            if graphs:
-                # The highest priority: a transposition's blocks start as soon as SMs free up, not after the FFT's.
-                self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
-                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
-                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(groups)]
+        if stages > 1 and graphs:
+            # The stream the stages' transpositions run on, and the events ordering the two streams. The highest
+            # priority: a transposition's blocks start as soon as SMs free up, not after the products'.
+            self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
+            self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(stages)]
+            self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(stages)]
 
     def _arrange(
         self, bands: list[np.ndarray], sets: list[np.ndarray], pipeline: int, transport: Any, need_graphs: bool = False
     ) -> bool:
-        """Cut every rank's rows into ``pipeline`` groups, lay out both sides and make the transposers
-        (collective). With ``need_graphs``, stop (closing what was made) and return False where the transport
-        picked is one a CUDA graph does not replay."""
-        comm, grid, batch, xp, t = self.comm, self.grid, self.batch, self.xp, self.truncation
-        graphs = self.graphs
-        # As many groups on every rank: each group is a transposition of every rank's rows of that group.
-        cut = [row_groups(band, grid.nlon, pipeline if comm.size > 1 else 1) for band in bands]
-        groups = min(len(c) for c in cut)
-        #: Every rank's rows cut into the pipeline's groups: ``row_groups[q][g]``, rank q's rows of group g.
-        self.row_groups = (
-            cut if all(len(c) == groups for c in cut) else [row_groups(b, grid.nlon, groups) for b in bands]
-        )
+        """Cut every rank's wavenumbers into ``pipeline`` stages at most, lay out both sides and make the
+        transposers (collective). With ``need_graphs``, stop (closing what was made) and return False where the
+        transport picked is one a CUDA graph does not replay."""
+        comm, batch, xp, t = self.comm, self.batch, self.xp, self.truncation
         mine = len(self.wavenumbers)
-        #: How the Legendre side lies in memory (operands.RowLayout): None for the plain (batch, my m, 2N) array.
-        self.layout: RowLayout | None = None
+        #: Per stage, this rank's wavenumbers in it: (first, stop) on its m axis (of the Legendre side).
+        self.stages: list[tuple[int, int]] = [(0, mine)]
+        #: How the Legendre side lies in memory, per stage (operands.RowLayout): None for the plain (batch, my m,
+        #: 2N) array; and each stage's part of the flat buffer.
+        self.layouts: list[RowLayout | None] = [None]
         # One rank holds every wavenumber on every row, in the same order on both sides: one array, no
         # transposition (on one H200 that saves two copies of 5.4 GB per TCo639 step, 5.5 ms of 64).
         if comm.size == 1:
             requested(transport)  # a wrong name is still an error
-            self.legendre_side = xp.zeros((batch, mine, 2 * grid.N), dtype=np.complex128)
+            self.legendre_side = xp.zeros((batch, mine, 2 * self.grid.N), dtype=np.complex128)
             self.fourier_side = self.legendre_side
-            self._fourier_sides = [self.fourier_side]
-        else:
-            # The Legendre side as one flat buffer of blocks, per group g and then per rank q the C-contiguous
-            # (batch, my m, q's rows of g) array that goes to q: each message is one contiguous range of it.
-            blocks = [rows for g in range(groups) for rows in self._group(g)]
-            self.layout = RowLayout.blocked(batch, mine, blocks)
-            self.legendre_side = xp.zeros(self.layout.size, dtype=np.complex128)
-            # Per group, the Fourier side of its rows (batch, all m, the group's rows): an array of its own, so
-            # that each group's FFTs read one contiguous array.
-            self._fourier_sides = [
-                xp.zeros((batch, t + 1, len(rows)), dtype=np.complex128) for rows in self.row_groups[comm.rank]
-            ]
-            self.fourier_side = self._fourier_sides[0] if groups == 1 else None
-            overlapped = groups > 1 and graphs  # ipc's kernel must leave the FFTs their SMs
-            if overlapped and transport == "ipc":
-                transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
-            m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
-            if not self._make_transposers(m_start, transport, overlapped and transport == "auto", need_graphs):
-                return False
-        self._group_transforms = self._fourier_groups() if groups > 1 else [self.transform]
-        return True
+            self._regions = [self.legendre_side]
+            return True
+        # Every rank's products, cut into as many stages on every rank.
+        everyone = comm.mpi.allgather(self.transform.legendre_parts(batch))
+        count = max(1, min(pipeline, *(len(parts) for parts in everyone)))
+        staged = [_merged(parts, count) for parts in everyone]
+        self.stages = staged[comm.rank]
+        # The Legendre side as one flat buffer of blocks, per stage and then per rank q the C-contiguous
+        # (batch, my m of the stage, q's rows) array that goes to q: each message is one contiguous range of it.
+        self.layouts = [RowLayout.blocked(batch, stop - first, bands) for first, stop in self.stages]
+        edges = np.concatenate([[0], np.cumsum([layout.size for layout in self.layouts])]).astype(np.int64)
+        self.legendre_side = xp.zeros(int(edges[-1]), dtype=np.complex128)
+        self._regions = [self.legendre_side[a:b] for a, b in itertools.pairwise(edges.tolist())]
+        # The Fourier side (batch, all m, my rows), the m in rank order.
+        self.fourier_side = xp.zeros((batch, t + 1, len(self.rows)), dtype=np.complex128)
+        overlapped = count > 1 and self.graphs  # ipc's kernel must leave the products their SMs
+        if overlapped and transport == "ipc":
+            transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
+        m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
+        rows = len(self.rows)
+        boxes = [
+            (
+                {q: Box((int(edges[c]) + a,), (int(edges[c]) + b,)) for q, (a, b) in enumerate(_spans(layout, bands))},
+                {p: Box((0, int(m_start[p]) + parts[c][0], 0), (batch, int(m_start[p]) + parts[c][1], rows))
+                 for p, parts in enumerate(staged)},
+            )
+            for c, layout in enumerate(self.layouts)
+        ]  # fmt: skip
+        return self._make_transposers(boxes, transport, overlapped and transport == "auto", need_graphs)
 
     def _make_transposers(
-        self, m_start: np.ndarray, transport: Any, hold_ipc: bool = False, need_graphs: bool = False
+        self, boxes: list[tuple[dict, dict]], transport: Any, hold_ipc: bool = False, need_graphs: bool = False
     ) -> bool:
-        """One Transposer each way per group of rows: rank q's rows of the group, of my wavenumbers <-> rank p's
-        wavenumbers on my rows of the group (collective; on an error every one made is closed first).
-        ``transport``: one for both ways, or a pair (to rows, to waves). The later groups take what the first
-        group's transposers picked each way (``"auto"`` measures once, and every rank picks the same). With
-        ``hold_ipc``, a way where ``"auto"`` picked ipc's kernel on as many blocks as it likes (measured on one
-        transposition alone, where every SM is its own) is made again on PIPELINE_IPC_BLOCKS blocks, as where
-        ``"ipc"`` is named. With ``need_graphs``, where a way's transport is one a CUDA graph does not replay, every
-        one made is closed and False returned."""
+        """One Transposer each way per stage: ``boxes[c]`` = (on the Legendre side, per rank q: my wavenumbers of
+        stage c on q's rows; on the Fourier side, per rank p: p's wavenumbers of stage c on my rows) (collective;
+        on an error every one made is closed first). ``transport``: one for both ways, or a pair (to rows, to
+        waves). The later stages take what the first stage's transposers picked each way (``"auto"`` measures
+        once, and every rank picks the same). With ``hold_ipc``, a way where ``"auto"`` picked ipc's kernel on as
+        many blocks as it likes (measured on one transposition alone, where every SM is its own) is made again on
+        PIPELINE_IPC_BLOCKS blocks, as where ``"ipc"`` is named. With ``need_graphs``, where a way's transport is
+        one a CUDA graph does not replay, every one made is closed and False returned."""
         from ....transpose import Transposer
 
-        batch = self.batch
         ways = transport if isinstance(transport, tuple) else (transport, transport)
         try:
-            for g, rows in enumerate(self.row_groups[self.comm.rank]):
-                if g == 1:  # the first group's picks, each way
+            for c, (on_legendre, on_fourier) in enumerate(boxes):
+                if c == 1:  # the first stage's picks, each way
                     picked = (self._to_rows[0].transport, self._to_waves[0].transport)
                     if need_graphs and not all(way.graph_capturable for way in picked):
                         self._close_transposers()
@@ -236,16 +241,10 @@ class DistributedTransform:
                         self._close_transposers()
                         held = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
                         return self._make_transposers(
-                            m_start, tuple(held if _unheld_ipc_kernel(w) else w for w in picked)
+                            boxes, tuple(held if _unheld_ipc_kernel(w) else w for w in picked)
                         )
                     ways = picked
-                spans = [self.layout.span(int(r[0])) for r in self._group(g)]  # q's block of group g
-                on_legendre = {q: Box((start,), (stop,)) for q, (start, stop) in enumerate(spans)}
-                on_fourier = {
-                    p: Box((0, int(m_start[p]), 0), (batch, int(m_start[p + 1]), len(rows)))
-                    for p in range(self.comm.size)
-                }
-                sides = (self.legendre_side, self._fourier_sides[g])
+                sides = (self.legendre_side, self.fourier_side)
                 self._to_rows.append(Transposer(self.comm, on_legendre, on_fourier, *sides, ways[0]))
                 self._to_waves.append(Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], ways[1]))
         except BaseException:
@@ -258,24 +257,6 @@ class DistributedTransform:
             transposer.close()
         self._to_rows, self._to_waves = [], []
 
-    def _group(self, g: int) -> list[np.ndarray]:
-        """Every rank's rows of group ``g``, in rank order (none is empty: there are at most as many groups as
-        the fewest rows of a rank)."""
-        return [groups[g] for groups in self.row_groups]
-
-    def _fourier_groups(self) -> list[SpectralTransform]:
-        """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
-        reading and writing its rows' points where they lie in grid values of all of this rank's rows."""
-        starts = RowGeometry.of(self.grid.nlon[self.rows]).starts  # each of this rank's rows (ascending)
-        return [
-            SpectralTransform(
-                self.grid, self.truncation, wavenumbers=np.zeros(0, np.int64), rows=rows,
-                fourier_order=self.m_order, xp=self.xp, fft_streams=self.transform.fft_streams,
-                values_layout=(starts[np.searchsorted(self.rows, rows)], self.transform.points),
-            )
-            for rows in self.row_groups[self.comm.rank]
-        ]  # fmt: skip
-
     @property
     def transport(self) -> str:
         """The name of the transport the transpositions use ("none" on one rank, which has none)."""
@@ -283,28 +264,45 @@ class DistributedTransform:
 
     @property
     def pipeline(self) -> int:
-        """How many groups of rows are transposed apart (1: all at once)."""
-        return len(self.row_groups[0])
+        """How many stages of wavenumbers are transposed apart (1: all at once)."""
+        return len(self.stages)
 
     def _transpose(self, phase: str, transposer: Any, stream: Any = None) -> None:
         """Transposition ``phase`` by ``transposer`` (as a graph replay, on ``stream`` if given, where it can be
         captured)."""
         self._run(phase, transposer.exchange, transposer.transport.graph_capturable, stream)
 
+    def _legendre_inverse(self, a: Any, c: int) -> None:
+        """The Legendre products of stage ``c`` into its part of the Legendre side (a phase no graph captures)."""
+        part = None if self.pipeline == 1 else self.stages[c]
+        inverse = functools.partial(
+            self.transform.legendre_inverse, a, out=self._regions[c], layout=self.layouts[c], part=part
+        )
+        self._run(f"legendre inverse {c}", inverse, False)
+
+    def _legendre_direct(self, out: Any, c: int) -> None:
+        """The quadrature of stage ``c``'s wavenumbers into ``out`` (their coefficients alone)."""
+        part = None if self.pipeline == 1 else self.stages[c]
+        direct = functools.partial(
+            self.transform.legendre_direct, self._regions[c], out=out, layout=self.layouts[c], part=part
+        )
+        self._run(f"legendre direct {c}", direct, False)
+
     def inverse(self, coefficients: Any) -> Any:
         """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
         self._check_open()
         transform = self.transform
         with self._on_stream():
-            with self._timed("legendre"):
-                a = self._fixed(self._coefficients, coefficients) if self.graphs else coefficients
-                inverse = functools.partial(transform.legendre_inverse, a, out=self.legendre_side, layout=self.layout)
-                self._run("legendre inverse", inverse, False)
-            if self.pipeline > 1:
-                return self._inverse_groups()
-            if self._to_rows:
-                with self._timed("transposition"):
-                    self._transpose("to rows", self._to_rows[0])
+            a = self._fixed(self._coefficients, coefficients) if self.graphs else coefficients
+            if self.pipeline > 1:  # the cheapest products first: the first transposition starts soonest
+                order = range(self.pipeline - 1, -1, -1)
+                self._pipelined(order, (functools.partial(self._legendre_inverse, a), "legendre"), "to rows", None)
+            else:
+                with self._timed("legendre"):
+                    self._legendre_inverse(a, 0)
+                if self._to_rows:
+                    with self._timed("transposition"):
+                        self._transpose("to rows", self._to_rows[0])
             with self._timed("fft"):
                 out = self._values if self.graphs else None
                 return self._run(
@@ -317,78 +315,65 @@ class DistributedTransform:
         transform = self.transform
         with self._on_stream():
             v = self._fixed(self._values, values) if self.graphs else values
-            if self.pipeline > 1:
-                self._direct_groups(v)
-            else:
-                with self._timed("fft"):
-                    self._run("fft direct", lambda: transform.fourier_direct(v, self.m_order, out=self.fourier_side))
-                if self._to_waves:
-                    with self._timed("transposition"):
-                        self._transpose("to waves", self._to_waves[0])
+            with self._timed("fft"):
+                self._run("fft direct", lambda: transform.fourier_direct(v, self.m_order, out=self.fourier_side))
+            shape = (self.batch, transform.ncoef)
+            out = self._coefficients if self.graphs else self.xp.empty(shape, dtype=np.complex128)
+            if self.pipeline > 1:  # the dearest products first: the last to wait for its transposition is cheapest
+                order = range(self.pipeline)
+                self._pipelined(order, None, "to waves", (functools.partial(self._legendre_direct, out), "legendre"))
+                return out
+            if self._to_waves:
+                with self._timed("transposition"):
+                    self._transpose("to waves", self._to_waves[0])
             with self._timed("legendre"):
-                out = self._coefficients if self.graphs else None
-                direct = functools.partial(transform.legendre_direct, self.legendre_side, out=out, layout=self.layout)
-                return self._run("legendre direct", direct, False)
+                self._legendre_direct(out, 0)
+            return out
 
     # -- the pipeline ----------------------------------------------------------------------------------------
 
-    def _inverse_groups(self) -> Any:
-        values = self._values_out
-
-        def fft(g: int) -> None:
-            half, fourier = self._group_transforms[g], self._fourier_sides[g]
-            self._run(f"fft inverse {g}", lambda: half.fourier_inverse(fourier, self.m_order, out=values))
-
-        self._pipelined(None, (self._to_rows, "to rows"), (fft, "fft"))
-        return values
-
-    def _direct_groups(self, v: Any) -> None:
-        def fft(g: int) -> None:
-            half, fourier = self._group_transforms[g], self._fourier_sides[g]
-            self._run(f"fft direct {g}", lambda: half.fourier_direct(v, self.m_order, out=fourier))
-
-        self._pipelined((fft, "fft"), (self._to_waves, "to waves"), None)
-
     def _pipelined(
         self,
+        order: range,
         before: tuple[Callable[[int], None], str] | None,
-        transposers: tuple[list[Any], str],
+        name: str,
         after: tuple[Callable[[int], None], str] | None,
     ) -> None:
-        """Per group g: ``before`` (compute, if any), its transposition, ``after`` (compute, if any), each with its
-        phase name. Overlapped (graphs and ``overlap``): the transposition of group g runs on
-        ``transposition_stream`` once ``before(g)`` is done, while ``before(g + 1)`` or ``after(g - 1)`` run on the
-        transform's stream, and ``after(g)`` waits for it. Otherwise the groups run one phase after the other,
-        each phase timed."""
-        moves, name = transposers
-        groups = range(self.pipeline)
+        """Per stage c, in ``order``: ``before(c)`` (compute, if any), its transposition (``name``: "to rows" or
+        "to waves"), ``after(c)`` (compute, if any), each with its phase name. Overlapped (graphs and
+        ``overlap``): the transposition of stage c runs on ``transposition_stream`` once ``before(c)`` is done,
+        while the next stage's ``before`` or the previous stage's ``after`` run on the transform's stream, and
+        ``after(c)`` waits for it. Otherwise the stages run one phase after the other, each phase timed."""
+        moves = self._to_rows if name == "to rows" else self._to_waves
         if not (self.graphs and self.overlap):
-            for g in groups:
+            for c in order:
                 if before is not None:
                     with self._timed(before[1]):
-                        before[0](g)
+                        before[0](c)
                 with self._timed("transposition"):
-                    self._transpose(f"{name} {g}", moves[g])
+                    self._transpose(f"{name} {c}", moves[c])
                 if after is not None:
                     with self._timed(after[1]):
-                        after[0](g)
+                        after[0](c)
             return
         lane, stream = self.transposition_stream, self.stream
         _synchronize(self.xp)
         start = time.perf_counter()
-        for g in groups:
+        previous = None
+        for c in order:
             if before is not None:
-                before[0](g)
-            self._computed[g].record(stream)
-            lane.wait_event(self._computed[g])
-            self._transpose(f"{name} {g}", moves[g], lane)
-            self._moved[g].record(lane)
-            if after is not None and g:
-                stream.wait_event(self._moved[g - 1])
-                after[0](g - 1)
-        stream.wait_event(self._moved[-1])  # every transposition is in before what follows
+                before[0](c)
+            self._computed[c].record(stream)
+            lane.wait_event(self._computed[c])
+            self._transpose(f"{name} {c}", moves[c], lane)
+            self._moved[c].record(lane)
+            if after is not None and previous is not None:
+                stream.wait_event(self._moved[previous])
+                after[0](previous)
+            previous = c
+        stream.wait_event(self._moved[previous])  # every transposition is in before what follows
         if after is not None:
-            after[0](groups[-1])
+            after[0](previous)
         _synchronize(self.xp)
         self.overlapped_seconds += time.perf_counter() - start
 
@@ -474,14 +459,25 @@ class _Timer:
 
 
 def pipeline_groups(pipeline: int | str, graphs: bool) -> int:
-    """The groups of rows that ``pipeline`` asks for (DistributedTransform): a whole number at least 1, or
-    ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap the FFTs), else 1."""
+    """The stages that ``pipeline`` asks for at most (DistributedTransform): a whole number at least 1, or
+    ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap the products), else 1."""
     if pipeline == "auto":
         return AUTO_PIPELINE if graphs else 1
     if isinstance(pipeline, str):
-        raise ArgumentError(f"pipeline={pipeline!r}: pass a whole number of groups of rows (at least 1) or 'auto'")
-    meaning = "groups of latitude rows whose transpositions overlap the FFTs of the others"
+        raise ArgumentError(f"pipeline={pipeline!r}: pass a whole number of stages (at least 1) or 'auto'")
+    meaning = "stages of wavenumbers whose transpositions overlap the Legendre products of the others"
     return whole_number(pipeline, "pipeline", least=1, meaning=meaning)
+
+
+def _merged(parts: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
+    """``parts`` (runs of wavenumbers, in order) merged into ``count`` runs of as many parts as they allow."""
+    cuts = np.array_split(np.arange(len(parts)), count)
+    return [(int(parts[run[0]][0]), int(parts[run[-1]][1])) for run in cuts]
+
+
+def _spans(layout: RowLayout, bands: list[np.ndarray]) -> list[tuple[int, int]]:
+    """(start, stop) in ``layout``'s buffer [elements] of each band's block of rows."""
+    return [layout.span(int(band[0])) for band in bands]
 
 
 def _unheld_ipc_kernel(transport: Any) -> bool:
@@ -539,9 +535,9 @@ def run_spectral(
     current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
     there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
     phase as a CUDA graph, and ``fft_streams`` spreads the row FFTs over that many streams
-    (DistributedTransform). With ``pipeline`` groups of rows and graphs the steps are timed twice: the groups one
-    phase after the other (the split), then with each group's transposition overlapping the other groups' FFTs
-    (the time per step).
+    (DistributedTransform). Pipelined (``pipeline`` stages, with graphs) the steps are timed twice: the stages one
+    phase after the other (the split), then with each stage's transposition overlapping the other stages'
+    Legendre products (the time per step).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s], its split per phase (``split_s``: legendre, fft, transposition;
@@ -581,7 +577,7 @@ def run_spectral(
 
         dist.seconds = dict.fromkeys(PHASES, 0.0)
         dist.products.reset()
-        elapsed, back = timed_steps(steps)  # pipelined: the groups one phase after the other, each phase timed
+        elapsed, back = timed_steps(steps)  # pipelined: the stages one phase after the other, each phase timed
         # The split is of these steps alone: the overlapped steps below time their Legendre phase too (it runs
         # the same way), which added it twice to the split of every pipelined run before 2026-11-26.
         sequential, products, split_seconds = elapsed, dist.products.seconds(), dict(dist.seconds)
@@ -609,7 +605,7 @@ def run_spectral(
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "legendre_products_s": mpi.allreduce(products, op=MPI.MAX) / steps,
             "pipeline": dist.pipeline,
-            # Pipelined: the same steps with the groups one phase after the other (where the split comes from).
+            # Pipelined: the same steps with the stages one phase after the other (where the split comes from).
             "sequential_step_s": mpi.allreduce(sequential, op=MPI.MAX) / steps if pipelined else None,
         }
         # The transposition time left over once the compute is done: the step beyond Legendre and FFT together.

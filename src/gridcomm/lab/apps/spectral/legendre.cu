@@ -6,8 +6,9 @@
 // (b, m, r) at base[r] + (b * M + m) * width[r], where width[r] is the row count of r's block of rows
 // (a C-contiguous (batch, M, width) array) and base[r] the block's start plus r's place in it. One block of all
 // 2N rows (base[r] = r, width[r] = 2N) is the plain (batch, M, 2N) array; the distributed dwarf keeps one block
-// per peer (and group of rows) so that each block travels as one contiguous message. The products want the fields fastest, as the columns of one real
-// matrix (real and imaginary parts side by side are then simply the columns 2b and 2b + 1): operands
+// per peer (and stage of wavenumbers) so that each block travels as one contiguous message. The products want the
+// fields fastest, as the columns of one real matrix (real and imaginary parts side by side are then simply the
+// columns 2b and 2b + 1): operands
 // (chunk, parity, depth, batch) and (chunk, parity, N, batch), complex. Every kernel here is thus a
 // transposition between "fields slowest" and "fields fastest", done through a 32 x 32 tile in shared memory so
 // that loads and stores both run along contiguous memory; the gathers, the zero padding and the even/odd
@@ -77,11 +78,12 @@ extern "C" __global__ void gridcomm_legendre_scatter(
 }
 
 // From the products of both parities on the northern rows, product (chunk, 2, N, batch): the Fourier
-// coefficients of every row, F[b, positions[i], r] = even + odd on the northern row r and
-// F[b, positions[i], 2N - 1 - r] = even - odd on its southern mirror, F laid out in ``fourier`` by the row
-// tables ``base`` and ``width`` (top of this file). Tile: rows r0.., fields b0..
+// coefficients of every row, F[b, m, r] = even + odd on the northern row r and F[b, m, 2N - 1 - r] = even - odd
+// on its southern mirror, m = positions[i] - first (``first``: the position of F's first wavenumber, where F holds
+// a run of them), F laid out in ``fourier`` by the row tables ``base`` and ``width`` (top of this file).
+// Tile: rows r0.., fields b0..
 extern "C" __global__ void gridcomm_legendre_unfold(
-    const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count,
+    const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count, int first,
     const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ fourier)
 {
     __shared__ Tile north, south;
@@ -104,7 +106,7 @@ extern "C" __global__ void gridcomm_legendre_unfold(
     for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along each field's rows
         const int b = b0 + y;
         if (b < batch) {
-            const long long at = (long long)b * count + positions[i];
+            const long long at = (long long)b * count + (positions[i] - first);
             fourier[rows.north(at)] = north.v[threadIdx.x][y];
             fourier[rows.south(at)] = south.v[threadIdx.x][y];
         }
@@ -112,10 +114,10 @@ extern "C" __global__ void gridcomm_legendre_unfold(
 }
 
 // unfold's counterpart for the quadrature: sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south
-// of F[b, positions[i], .] on the northern row r and its southern mirror 2N - 1 - r, F laid out in ``fourier``
-// by the row tables ``base`` and ``width``.
+// of F[b, positions[i] - first, .] on the northern row r and its southern mirror 2N - 1 - r, F laid out in
+// ``fourier`` by the row tables ``base`` and ``width``.
 extern "C" __global__ void gridcomm_legendre_fold(
-    const double2* __restrict__ fourier, int n, int batch, const int* __restrict__ positions, int count,
+    const double2* __restrict__ fourier, int n, int batch, const int* __restrict__ positions, int count, int first,
     const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ sums)
 {
     __shared__ Tile plus, minus;
@@ -126,7 +128,7 @@ extern "C" __global__ void gridcomm_legendre_fold(
         for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along each field's rows
             const int b = b0 + y;
             if (b < batch) {
-                const long long at = (long long)b * count + positions[i];
+                const long long at = (long long)b * count + (positions[i] - first);
                 const double2 north = fourier[rows.north(at)];
                 const double2 south = fourier[rows.south(at)];
                 plus.v[y][threadIdx.x] = make_double2(north.x + south.x, north.y + south.y);

@@ -13,7 +13,7 @@ and imaginary parts of a field are simply two neighbouring columns of one real m
 The Fourier coefficients lie in a flat buffer as a ``RowLayout`` says, by per-row tables: element (b, m, r) at
 ``base[r] + (b * M + m) * width[r]``, each row in a block of rows that is a C-contiguous (batch, M, rows of the
 block) array. One block of all 2N rows is the plain (batch, M, 2N) array; the
-distributed dwarf keeps a block per peer (and group of rows), so that each transposition message is one
+distributed dwarf keeps a block per peer (and stage of wavenumbers), so that each transposition message is one
 contiguous range (``dwarf.py``). A northern row and its southern mirror may lie in different blocks.
 
 On the host these are NumPy gathers; on the GPU one launch each (``legendre.cu``, transposing through shared
@@ -249,40 +249,48 @@ def scatter(product: Any, chunk: Chunk, a: Any) -> None:
     a[:, chunk.index[chunk.valid]] = product[chunk.valid].T
 
 
-def unfold(product: Any, chunk: Chunk, fourier: Any, layout: RowLayout) -> None:
-    """F[b, positions[i], r] = even + odd and F[b, positions[i], 2N - 1 - r] = even - odd on the northern rows r,
-    from product (chunk, 2, N, batch); F laid out by ``layout`` in the flat complex buffer ``fourier``."""
+def unfold(product: Any, chunk: Chunk, fourier: Any, layout: RowLayout, first: int = 0) -> None:
+    """F[b, m, r] = even + odd and F[b, m, 2N - 1 - r] = even - odd on the northern rows r, m = positions[i] - first,
+    from product (chunk, 2, N, batch); F laid out by ``layout`` in the flat complex buffer ``fourier`` (``first``:
+    the position on the m axis of the layout's first wavenumber)."""
     n = layout.rows // 2
     if chunk.index is None:
         _launch("gridcomm_legendre_unfold", n, layout.batch, chunk.count, (
-            product, np.int32(n), np.int32(layout.batch), chunk.positions, np.int32(layout.count),
+            product, np.int32(n), np.int32(layout.batch), chunk.positions, np.int32(layout.count), np.int32(first),
             *layout.tables(array_module(fourier)), fourier,
         ))  # fmt: skip
         return
     even, odd = product[:, 0], product[:, 1]  # (chunk, N, batch)
     plus, minus = np.moveaxis(even + odd, -1, 0), np.moveaxis(even - odd, -1, 0)  # (batch, chunk, N)
-    at = chunk.places
+    at = _shifted(chunk.places, first)
     for a, b, north, south in layout.views(fourier):
         north[:, at] = plus[:, :, a:b]
         south[:, at] = minus[:, :, a:b]
 
 
-def fold(fourier: Any, chunk: Chunk, sums: Any, layout: RowLayout) -> None:
-    """sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south of F[b, positions[i], .] on the
-    northern row r and its mirror 2N - 1 - r, F laid out by ``layout`` in the flat complex buffer ``fourier``;
-    unfold's counterpart for the quadrature."""
+def fold(fourier: Any, chunk: Chunk, sums: Any, layout: RowLayout, first: int = 0) -> None:
+    """sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south of F[b, positions[i] - first, .] on
+    the northern row r and its mirror 2N - 1 - r, F laid out by ``layout`` in the flat complex buffer ``fourier``
+    (``first`` as for ``unfold``); unfold's counterpart for the quadrature."""
     n = layout.rows // 2
     if chunk.index is None:
         _launch("gridcomm_legendre_fold", n, layout.batch, chunk.count, (
-            fourier, np.int32(n), np.int32(layout.batch), chunk.positions, np.int32(layout.count),
+            fourier, np.int32(n), np.int32(layout.batch), chunk.positions, np.int32(layout.count), np.int32(first),
             *layout.tables(array_module(fourier)), sums,
         ))  # fmt: skip
         return
-    at = chunk.places
+    at = _shifted(chunk.places, first)
     for a, b, north, south in layout.views(fourier):
         north, south = north[:, at], south[:, at]  # (batch, chunk, b - a)
         np.add(north, south, out=np.moveaxis(sums[:, 0, a:b], -1, 0))
         np.subtract(north, south, out=np.moveaxis(sums[:, 1, a:b], -1, 0))
+
+
+def _shifted(places: slice | np.ndarray, first: int) -> slice | np.ndarray:
+    """Host ``places`` on an m axis that starts at position ``first``."""
+    if isinstance(places, slice):
+        return slice(places.start - first, places.stop - first)
+    return places - first
 
 
 def _launch(name: str, across: int, batch: int, count: int, args: tuple[Any, ...]) -> None:

@@ -60,8 +60,12 @@ from .operands import Chunk, RowLayout, make_chunk
 #: rank's pairs m and T - m). On the host, smaller products stay in cache; on the GPU each bucket costs 6 launches,
 #: which small transforms feel: on one H200, O640, both Legendre halves took 1.72 / 2.02 / 7.39 ms at batch 31 and
 #: 18.2 / 17.8 / 19.6 ms at batch 412 with at most 4 / 16 / 64 buckets (tune-buckets-gpu-1r-20261123T232658Z).
+#: The GPU's buckets are also the pipelined dwarf's stages (one batched product each at batch 412): with 8 instead
+#: of 4, TCo639 took 49.45 ms per step on one H200 against 50.45 (its Legendre phase 17.6 against 18.5 ms), and
+#: 30.99 ms on 2 x H200 with 8 stages against 31.14 with 4 in the same call, 9.6 % of the step not hidden against
+#: 14.1 % (spectral-gpu-1r-20261127T110024Z, spectral-gpu-2r-20261127T110004Z, ...T105940Z).
 MAX_BUCKETS = 16
-MAX_BUCKETS_GPU = 4
+MAX_BUCKETS_GPU = 8
 
 
 def max_buckets(xp: Any) -> int:
@@ -154,7 +158,7 @@ class SpectralTransform:
         self._retired: list[Any] = []  # scratch buffers outgrown (``_scratch``)
         self._row_ffts = RowFFTs(RowGeometry.of(self.grid.nlon[self.rows], first_point), self.xp, fft_streams)
         self._fourier_plans: dict[bytes, FoldingPlan] = {}
-        self._plain_layouts: dict[int, RowLayout] = {}  # per batch size (legendre_inverse, legendre_direct)
+        self._plain_layouts: dict[tuple[int, int], RowLayout] = {}  # per (batch, wavenumbers) of a Legendre call
         #: Times the Legendre products apart from the moves around them where set (a ProductClock); None: untimed.
         self.product_clock: ProductClock | None = None
         self._set_up_legendre()
@@ -177,10 +181,11 @@ class SpectralTransform:
         x, sin_theta = np.sin(self.grid.latitudes[:n]), np.cos(self.grid.latitudes[:n])
         weights = 2.0 * np.pi * self.grid.weights[:n]
         depths = (t - self.wavenumbers[order] + 2) // 2  # l of one parity: (T - m + 2) // 2 of them (even l - m)
-        self._buckets = [
-            self._bucket(order[start:stop], x, sin_theta, weights)
-            for start, stop in _bands(depths, max_buckets(self.xp))
-        ]
+        bands = _bands(depths, max_buckets(self.xp))
+        self._bucket_positions = [order[start:stop] for start, stop in bands]  # on the m axis (host)
+        self._pieces_made: dict[int, list[tuple[Chunk, np.ndarray]]] = {}
+        self._parts_checked: set[tuple[int, tuple[int, int]]] = set()  # (batch, part) found whole products
+        self._buckets = [self._bucket(positions, x, sin_theta, weights) for positions in self._bucket_positions]
 
     def _bucket(self, positions: np.ndarray, x: np.ndarray, sin_theta: np.ndarray, weights: np.ndarray) -> Chunk:
         """The padded tables of the wavenumbers at ``positions`` (longest first) and where their data lie."""
@@ -195,13 +200,61 @@ class SpectralTransform:
         lengths = t - self.wavenumbers[positions] + 1
         return make_chunk(self.xp, self._coef_offsets[positions], lengths, positions, tables, weights)
 
-    def _chunks(self, batch: int) -> Iterator[Chunk]:
-        """The buckets cut into the chunks that one batched product each does for ``batch`` fields."""
-        size = chunk_wavenumbers(self.grid.N, batch, self.xp)
-        for bucket in self._buckets:
-            step = size or bucket.count
-            for first in range(0, bucket.count, step):
-                yield bucket if step >= bucket.count else bucket.part(first, first + step)
+    def _pieces(self, batch: int) -> list[tuple[Chunk, np.ndarray]]:
+        """The buckets cut into the chunks that one batched product each does for ``batch`` fields, each with its
+        positions on the m axis (a host array); made once per batch size (a pipelined transform asks at every
+        stage, and the Legendre phase is issued from Python)."""
+        pieces = self._pieces_made.get(batch)
+        if pieces is None:
+            size, pieces = chunk_wavenumbers(self.grid.N, batch, self.xp), []
+            for bucket, positions in zip(self._buckets, self._bucket_positions, strict=True):
+                step = size or bucket.count
+                for first in range(0, bucket.count, step):
+                    whole = step >= bucket.count
+                    pieces.append(
+                        (bucket if whole else bucket.part(first, first + step), positions[first : first + step])
+                    )
+            kept = list(self._pieces_made.items())[-1:]  # the last batch size seen before, and this one
+            self._pieces_made = {**dict(kept), batch: pieces}
+        return pieces
+
+    def _chunks(self, batch: int, part: tuple[int, int] | None = None) -> Iterator[Chunk]:
+        """The chunks of ``_pieces``; with ``part`` (first, stop, checked by ``_part``), those at positions
+        first..stop-1 of the m axis."""
+        for chunk, positions in self._pieces(batch):
+            if part is None or part[0] <= positions[0] < part[1]:
+                yield chunk
+
+    def legendre_parts(self, batch: int) -> list[tuple[int, int]]:
+        """(first, stop) on the m axis of each batched product for ``batch`` fields, in order: the runs of
+        wavenumbers that ``legendre_inverse`` and ``legendre_direct`` may be given as ``part`` (one part or several
+        in a row), so that a pipelined transform can transpose the wavenumbers of one part while the products of
+        the next run. The products follow the m axis where the wavenumbers ascend (each rank's share does); where
+        they do not, one part of every wavenumber."""
+        positions = [p for _, p in self._pieces(batch)]
+        runs = [(int(p[0]), int(p[0]) + len(p)) for p in positions]
+        ends = [0] + [stop for _, stop in runs]
+        contiguous = all(np.array_equal(p, np.arange(*run)) for p, run in zip(positions, runs, strict=True))
+        if contiguous and all(first == ends[k] for k, (first, _) in enumerate(runs)):
+            return runs
+        return [(0, len(self.wavenumbers))]
+
+    def _part(self, part: Any, batch: int, what: str) -> tuple[int, int]:
+        """``part`` as (first, stop) positions on the m axis, checked to be a run of whole products (None: all)."""
+        if part is None:
+            return 0, len(self.wavenumbers)
+        if isinstance(part, tuple) and (batch, part) in self._parts_checked:
+            return part
+        parts = self.legendre_parts(batch)
+        edges = {0, len(self.wavenumbers), *(first for first, _ in parts)}  # where a part may start or stop
+        first, stop = (int(v) for v in part)
+        if not (0 <= first < stop <= len(self.wavenumbers) and first in edges and stop in edges):
+            raise ArgumentError(
+                f"{what}: part={tuple(part)} must start and end where this transform's products do for {batch} "
+                f"fields, at positions {sorted(edges)} of its {len(self.wavenumbers)} wavenumbers (legendre_parts)"
+            )
+        self._parts_checked.add((batch, (first, stop)))
+        return first, stop
 
     def _operand(self, shape: str, chunk: Chunk, batch: int) -> Any:
         """A (chunk, 2, rows, batch) complex work array (contents undefined), a view of a kept buffer: rows = N
@@ -234,49 +287,60 @@ class SpectralTransform:
         """A context around one Legendre matrix product: timed by ``product_clock`` where one is set."""
         return contextlib.nullcontext() if self.product_clock is None else self.product_clock.timed()
 
-    def legendre_inverse(self, coefficients: Any, out: Any = None, *, layout: RowLayout | None = None) -> Any:
+    def legendre_inverse(
+        self, coefficients: Any, out: Any = None, *, layout: RowLayout | None = None, part: Any = None
+    ) -> Any:
         """(batch, ncoef) coefficients of this object's wavenumbers -> (batch, m, 2N) Fourier coefficients
         F_m(row) on every row (written into ``out``, C-contiguous, when given).
 
         ``layout``: the Fourier coefficients go instead into a flat (size,) complex buffer laid out by this
         ``operands.RowLayout`` (e.g. blocks of rows per peer, as the distributed dwarf keeps them); ``out``, when
-        given, is that buffer."""
+        given, is that buffer. ``part`` (first, stop): only the wavenumbers at positions first..stop-1 of the m
+        axis, a run of whole products (``legendre_parts``), whose Fourier coefficients alone make the output:
+        (batch, stop - first, 2N), or the layout of as many."""
         xp = self.xp
         a = self._coefficients(coefficients)
         batch = a.shape[0]
+        first, stop = self._part(part, batch, "legendre_inverse")
         if layout is None:
-            shape = (batch, len(self.wavenumbers), 2 * self.grid.N)
+            shape = (batch, stop - first, 2 * self.grid.N)
             out = xp.empty(shape, np.complex128) if out is None else _output(out, shape, "legendre_inverse")
-            flat, layout = out.reshape(-1), self._plain_layout(batch)
+            flat, layout = out.reshape(-1), self._plain_layout(batch, stop - first)
         else:
-            self._check_layout(layout, batch, "legendre_inverse")
+            self._check_layout(layout, batch, stop - first, "legendre_inverse")
             out = xp.empty(layout.size, np.complex128) if out is None else out
             flat = _output(out, (layout.size,), "legendre_inverse")
-        for chunk in self._chunks(batch):
+        for chunk in self._chunks(batch, (first, stop)):
             operand = self._operand("narrow", chunk, batch)
             operands.gather(a, chunk, operand)
             product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
             with self._product():
                 xp.matmul(chunk.tables, _real(operand), out=_real(product))
-            operands.unfold(product, chunk, flat, layout)
+            operands.unfold(product, chunk, flat, layout, first)
         return out
 
-    def legendre_direct(self, fourier: Any, out: Any = None, *, layout: RowLayout | None = None) -> Any:
+    def legendre_direct(
+        self, fourier: Any, out: Any = None, *, layout: RowLayout | None = None, part: Any = None
+    ) -> Any:
         """(batch, m, 2N) Fourier coefficients on every row -> (batch, ncoef) coefficients by Gauss quadrature
         (written into ``out``, C-contiguous, when given).
 
         ``layout``: ``fourier`` is instead a flat (size,) complex128 buffer laid out by this
-        ``operands.RowLayout``, as ``legendre_inverse`` writes it."""
+        ``operands.RowLayout``, as ``legendre_inverse`` writes it. ``part`` (first, stop): ``fourier`` holds only
+        the wavenumbers at positions first..stop-1 (a run of whole products, ``legendre_parts``), and only their
+        coefficients are written (the others in ``out`` are left as they are; zero in a new array)."""
         xp, n = self.xp, self.grid.N
         f = _numbers(xp.asarray(fourier), "Fourier coefficients", complex_allowed=True)
-        count = len(self.wavenumbers)
         if layout is None:
+            first, stop = self._part(part, f.shape[0] if f.ndim == 3 else 0, "legendre_direct")
+            count = stop - first
             if f.ndim != 3 or f.shape[1:] != (count, 2 * n):
                 raise FieldError(f"Fourier coefficients of shape {tuple(f.shape)}: expected (batch, {count}, {2 * n})")
             f = xp.ascontiguousarray(f.astype(np.complex128, copy=False))  # the GPU's moves read rows, as for a_lm
-            layout = self._plain_layout(f.shape[0])
+            layout = self._plain_layout(f.shape[0], count)
         else:
-            self._check_layout(layout, layout.batch, "legendre_direct")
+            first, stop = self._part(part, layout.batch, "legendre_direct")
+            self._check_layout(layout, layout.batch, stop - first, "legendre_direct")
             if f.shape != (layout.size,) or f.dtype != np.complex128 or not f.flags.c_contiguous:
                 raise FieldError(
                     f"Fourier coefficients of shape {tuple(f.shape)} and dtype {f.dtype}: expected the C-contiguous "
@@ -284,33 +348,37 @@ class SpectralTransform:
                 )
         batch = layout.batch
         shape = (batch, self.ncoef)
-        out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "legendre_direct")
+        whole = (first, stop) == (0, len(self.wavenumbers))
+        if out is None:
+            out = (xp.empty if whole else xp.zeros)(shape, dtype=np.complex128)
+        else:
+            out = _output(out, shape, "legendre_direct")
         flat = f.reshape(-1)
-        for chunk in self._chunks(batch):
+        for chunk in self._chunks(batch, (first, stop)):
             # North + south rows for l - m even, north - south for odd; the weights are in the tables.
             sums = self._operand("wide", chunk, batch)
-            operands.fold(flat, chunk, sums, layout)
+            operands.fold(flat, chunk, sums, layout, first)
             product = self._operand("narrow", chunk, batch)
             with self._product():
                 xp.matmul(chunk.weighted, _real(sums), out=_real(product))
             operands.scatter(product, chunk, out)
         return out
 
-    def _plain_layout(self, batch: int) -> RowLayout:
-        """The (batch, m, 2N) array's row layout, made once per batch size (its tables are copied to the GPU)."""
-        layout = self._plain_layouts.get(batch)
+    def _plain_layout(self, batch: int, count: int) -> RowLayout:
+        """The (batch, count, 2N) array's row layout, made once per shape (its tables are copied to the GPU)."""
+        layout = self._plain_layouts.get((batch, count))
         if layout is None:
             if len(self._plain_layouts) >= _FOURIER_PLANS_KEPT:
                 del self._plain_layouts[next(iter(self._plain_layouts))]
-            layout = self._plain_layouts[batch] = RowLayout.plain(batch, len(self.wavenumbers), 2 * self.grid.N)
+            layout = self._plain_layouts[batch, count] = RowLayout.plain(batch, count, 2 * self.grid.N)
         return layout
 
-    def _check_layout(self, layout: Any, batch: int, what: str) -> None:
-        """ArgumentError unless ``layout`` is a RowLayout; FieldError unless it is of ``batch`` fields, this
-        object's wavenumbers and every row."""
+    def _check_layout(self, layout: Any, batch: int, count: int, what: str) -> None:
+        """ArgumentError unless ``layout`` is a RowLayout; FieldError unless it is of ``batch`` fields, ``count``
+        wavenumbers and every row."""
         if not isinstance(layout, RowLayout):
             raise ArgumentError(f"{what}: layout is a {type(layout).__name__}; give an operands.RowLayout or None")
-        want = (batch, len(self.wavenumbers), 2 * self.grid.N)
+        want = (batch, count, 2 * self.grid.N)
         if (layout.batch, layout.count, layout.rows) != want:
             raise FieldError(
                 f"{what}: the row layout holds (batch, m, rows) = {(layout.batch, layout.count, layout.rows)}, "
