@@ -232,6 +232,8 @@ class SpectralTransform:
         the next run. The products follow the m axis where the wavenumbers ascend (each rank's share does); where
         they do not, one part of every wavenumber."""
         positions = [p for _, p in self._pieces(batch)]
+        if not positions:  # no wavenumbers (a rank of more ranks than pairs m, T - m): one empty part
+            return [(0, 0)]
         runs = [(int(p[0]), int(p[0]) + len(p)) for p in positions]
         ends = [0] + [stop for _, stop in runs]
         contiguous = all(np.array_equal(p, np.arange(*run)) for p, run in zip(positions, runs, strict=True))
