@@ -83,14 +83,15 @@ def main() -> int:
     parser.add_argument("--fields", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per way")
     parser.add_argument("--transports", default="ipc,nccl", help="comma-separated transports")
-    parser.add_argument("--pipeline", default="auto", help="stages, or auto")
+    parser.add_argument("--pipeline", default="auto", help="auto, stages (8), or stages x groups of rows (8x2)")
     args = parser.parse_args()
     import cupy
 
     use_local_gpu()
     comm = Communicator()
     batch = args.fields * args.levels + 1
-    pipeline = args.pipeline if args.pipeline == "auto" else int(args.pipeline)
+    numbers = [] if args.pipeline == "auto" else [int(n) for n in args.pipeline.split("x")]
+    pipeline = "auto" if not numbers else numbers[0] if len(numbers) == 1 else tuple(numbers)
     rows = []
     for transport in args.transports.split(","):
         options = {"batch": batch, "xp": cupy, "graphs": True, "transport": transport, "pipeline": pipeline}
@@ -104,11 +105,12 @@ def main() -> int:
                 "both_ms": times["whole"] - fft,
             }
             hidden = parts["legendre_alone_ms"] + parts["transpositions_alone_ms"] - parts["both_ms"]
-            row = {"transport": dist.transport, "stages": dist.pipeline, "ms_per_step": times, **parts,
+            row = {"transport": dist.transport, "pipeline": list(dist.pipeline_shape), "ms_per_step": times, **parts,
                    "hidden_ms": hidden}  # fmt: skip
             rows.append(row)
             if comm.rank == 0:
-                print(f"{args.grid} batch {batch} {dist.transport}, {dist.pipeline} stages: "
+                stages, groups = dist.pipeline_shape
+                print(f"{args.grid} batch {batch} {dist.transport}, {stages} stages x {groups} groups: "
                       + ", ".join(f"{way} {ms:.2f}" for way, ms in times.items())
                       + f" ms; Legendre alone {parts['legendre_alone_ms']:.2f}, transpositions alone "
                       f"{parts['transpositions_alone_ms']:.2f}, both {parts['both_ms']:.2f}: {hidden:.2f} ms hidden",

@@ -57,7 +57,7 @@ def main() -> None:
         xp, time_gpu = np, None
     batch = args.fields * args.levels + 1
     with DistributedTransform(comm, args.grid, batch=batch, transport=args.transport, xp=xp) as dist:
-        shaped = dist._to_rows[0]  # the dwarf's own transposition, Legendre side -> Fourier side
+        shaped = dist._to_rows[0, 0]  # the dwarf's own transposition, Legendre side -> Fourier side
         sent = comm.mpi.allreduce(shaped.bytes_per_exchange[0], op=_max())
         per_peer = -(-sent // max(comm.size - 1, 1))  # the busiest rank's bytes, spread evenly: every rank alike
         source = xp.zeros(comm.size * per_peer, dtype=np.uint8)

@@ -104,7 +104,12 @@ def test_run_spectral_reports_the_round_trip_and_the_split():
     grouped = gridcomm(
         "run", "spectral", "--grid", "O16", "--levels", "2", "--steps", "1", "--np", "2", "--pipeline", "2"
     )
-    assert "2 stages" in grouped and grouped.rstrip().endswith("OK"), grouped
+    assert "2 stages x 1 group of rows" in grouped and grouped.rstrip().endswith("OK"), grouped
+    both = gridcomm(
+        "run", "spectral", "--grid", "O16", "--levels", "2", "--steps", "1", "--np", "2", "--pipeline", "2x2"
+    )
+    assert "2 stages x 2 groups of rows" in both and both.rstrip().endswith("OK"), both
+    assert "8x4" in gridcomm_fails("run", "spectral", "--grid", "O16", "--pipeline", "2x2x2", "--np", "1")
     assert "--pipeline" in gridcomm_fails("run", "spectral", "--grid", "O16", "--pipeline", "0", "--np", "1")
     assert "'many'" in gridcomm_fails("run", "spectral", "--grid", "O16", "--pipeline", "many", "--np", "1")
 

@@ -196,6 +196,30 @@ def test_legendre_parts_give_the_whole_bit_for_bit(n, nranks):
         assert shuffled.legendre_parts(batch) == [(0, len(ms))]
 
 
+@pytest.mark.parametrize("n, nranks, groups", [(640, 4, 4), (640, 4, 8), (24, 3, 3), (17, 4, 2), (8, 16, 3)])
+def test_row_groups_keep_rows_and_points_in_one_ratio(n, nranks, groups):
+    """A pipelined rank's groups of rows (``row_groups``) hold all its rows once, each group ascending, every row
+    beside its mirror in the other hemisphere, and as many rows as points would say: where the rows pair evenly
+    (O640 over 4 ranks) every group has 4 rows per 2 x (nlon[0] + nlon[N - 1]) points, and as many as the
+    others."""
+    from gridcomm.lab.apps.spectral.distribution import row_groups
+
+    grid = OctahedralGrid(n)
+    for band in row_shares(grid.nlon, nranks):
+        cut = row_groups(band, grid.nlon, groups)
+        assert 1 <= len(cut) <= groups
+        assert np.array_equal(np.sort(np.concatenate(cut)), band)
+        last = 2 * n - 1
+        for rows in cut:
+            assert np.array_equal(rows, np.sort(rows))
+            assert all((last - r) in rows or (last - r) not in band for r in rows.tolist())
+        if n == 640:
+            quad_points = 2 * (grid.nlon[0] + grid.nlon[n - 1])
+            assert len(cut) == groups and len({len(rows) for rows in cut}) == 1
+            for rows in cut:
+                assert len(rows) % 4 == 0 and int(grid.nlon[rows].sum()) * 4 == len(rows) * quad_points
+
+
 def test_values_layout_may_place_every_row():
     """A Fourier half may read and write its rows anywhere in wider grid-value arrays: each row's first point given
     (e.g. rows that are not consecutive on a rank); a wrong list is refused."""
@@ -507,7 +531,7 @@ def test_one_rank_has_no_transposition():
 
     with gridcomm.Communicator() as comm:
         with DistributedTransform(comm, "O24", batch=2, transport="staged") as dist:
-            assert dist.transport == "none" and dist.fourier_side is dist.legendre_side
+            assert dist.transport == "none" and dist.pipeline_shape == (1, 1)
             whole = SpectralTransform(24, wavenumbers=dist.wavenumbers)
             a = random_coefficients(dist.truncation, dist.wavenumbers, 2)
             values = dist.inverse(a)
@@ -519,11 +543,12 @@ def test_one_rank_has_no_transposition():
 
 
 def test_pipeline_is_checked():
-    """The pipeline takes a whole number of stages or "auto"; on one rank, which transposes nothing, it is one
-    stage; "auto" is AUTO_PIPELINE stages only with CUDA graphs (where the transpositions can overlap the products)."""
+    """The pipeline takes a whole number of stages, a pair (stages, groups of rows) or "auto"; on one rank, which
+    transposes nothing, it is (1, 1); "auto" is AUTO_PIPELINE only with CUDA graphs (where the transpositions can
+    overlap the compute)."""
     import gridcomm
     from gridcomm.errors import ArgumentError, ArgumentTypeError
-    from gridcomm.lab.apps.spectral.dwarf import AUTO_PIPELINE, DistributedTransform, pipeline_groups
+    from gridcomm.lab.apps.spectral.dwarf import AUTO_PIPELINE, DistributedTransform, pipeline_shape
 
     with gridcomm.Communicator() as comm:
         with pytest.raises(ArgumentError, match="pipeline=0"):
@@ -532,12 +557,16 @@ def test_pipeline_is_checked():
             DistributedTransform(comm, "O16", batch=4, pipeline=2.0)
         with pytest.raises(ArgumentError, match=r"'fast'.*'auto'"):
             DistributedTransform(comm, "O16", batch=4, pipeline="fast")
-        with DistributedTransform(comm, "O16", batch=4, pipeline=3) as dist:
-            assert dist.pipeline == 1
+        with pytest.raises(ArgumentError, match="groups"):
+            DistributedTransform(comm, "O16", batch=4, pipeline=(2, 0))
+        for asked in (3, (3, 2)):
+            with DistributedTransform(comm, "O16", batch=4, pipeline=asked) as dist:
+                assert dist.pipeline == 1 and dist.pipeline_shape == (1, 1)
         with DistributedTransform(comm, "O16", batch=4) as dist:  # "auto", on the host: no graphs
             assert dist.pipeline == 1
-    assert pipeline_groups("auto", graphs=True) == AUTO_PIPELINE > 1
-    assert pipeline_groups("auto", graphs=False) == 1 and pipeline_groups(5, graphs=True) == 5
+    assert pipeline_shape("auto", graphs=True) == AUTO_PIPELINE and AUTO_PIPELINE[0] * AUTO_PIPELINE[1] > 1
+    assert pipeline_shape("auto", graphs=False) == (1, 1) and pipeline_shape(5, graphs=True) == (5, 1)
+    assert pipeline_shape((5, 2), graphs=False) == (5, 2)
 
 
 def test_product_clock_times_the_legendre_products_alone(monkeypatch):

@@ -92,11 +92,11 @@ def check_auto_pipeline(comm):
 
 @ranks(minimum=2)
 def check_pipelined_transform_equals_one_transposition(comm):
-    """Every rank's wavenumbers cut into stages (runs of its Legendre products), each moved by a transposition of its
-    own, give bit for bit what one transposition of every wavenumber gives: on the host the stages one after the
-    other; on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, each stage's transposition overlapping the
-    other stages' products and without the overlap, over the transports a CUDA graph replays (ipc
-    kernel and copy engines, nccl)."""
+    """Every rank's wavenumbers cut into stages (runs of its Legendre products) and its rows into groups
+    (``row_groups``: rows that need not follow one another), each (stage, group) moved by a transposition of its
+    own, give bit for bit what one transposition of everything gives: on the host the phases one after the other;
+    on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, the transpositions overlapping the products and the
+    FFTs and without the overlap, over the transports a CUDA graph replays (ipc kernel and copy engines, nccl)."""
     from gridcomm.arrays import to_host
     from gridcomm.transports import by_label
 
@@ -104,29 +104,29 @@ def check_pipelined_transform_equals_one_transposition(comm):
         import cupy as xp
 
         transports = ("ipc", "ipc/copy-engine", "nccl")
-        cases = ((1, True), (3, True), (3, False))  # (stages, overlap), all with graphs
+        cases = (((1, 1), True), ((3, 1), True), ((1, 3), True), ((3, 2), True), ((3, 2), False))  # all with graphs
     else:
-        xp, transports, cases = np, ("auto", "mpi"), ((1, False), (3, False))
+        xp, transports, cases = np, ("auto", "mpi"), (((1, 1), False), ((3, 1), False), ((3, 2), False))
     problems = []
     with Communicator(comm) as gc:
         t, batch = 47, 5
         a = xp.asarray(random_coefficients(t, wavenumber_sets(t, gc.size)[gc.rank], batch))
         for label in transports:
             results = {}
-            for stages, overlap in cases:
-                options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": stages}
+            for shape, overlap in cases:
+                options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": shape}
                 with DistributedTransform(gc, "O48", **options, transport=by_label(label)) as dist:
                     dist.overlap = overlap
-                    if dist.pipeline != stages:
-                        problems.append(f"{label}: pipeline={stages} gave {dist.pipeline} stages")
+                    if dist.pipeline_shape != shape:
+                        problems.append(f"{label}: pipeline={shape} gave {dist.pipeline_shape}")
                     for _ in range(3):  # with graphs the first call captures them; the others replay them
                         values = xp.asarray(dist.inverse(a)).copy()
                         back = xp.asarray(dist.direct(values)).copy()
-                    results[(stages, overlap)] = [to_host(values), to_host(back)]
+                    results[(shape, overlap)] = [to_host(values), to_host(back)]
             want = results[cases[0]]
             for key, got in results.items():
                 for what, x, y in zip(("inverse", "direct"), got, want, strict=True):
                     if not np.array_equal(x, y):
                         error = float(np.max(np.abs(x - y))) / float(np.max(np.abs(y)))
-                        problems.append(f"{label}, {key[0]} stages, overlap={key[1]}: {what} differs ({error:.1e})")
+                        problems.append(f"{label}, pipeline {key[0]}, overlap={key[1]}: {what} differs ({error:.1e})")
     assert_everywhere(comm, "\n".join(problems) or None)

@@ -122,7 +122,7 @@ def benchmark_spectral(
     gpu: bool = False,
     graphs: bool | None = None,
     fft_streams: int | None = None,
-    pipeline: int | str = "auto",
+    pipeline: int | tuple[int, int] | str = "auto",
     peer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result row: the dwarf's time per step and split (slowest rank per phase), the Legendre rate against
@@ -179,9 +179,12 @@ def benchmark_spectral(
 
 
 def spectral_case(r: dict[str, Any]) -> str:
-    """A row's transport (its label where one was given) and, pipelined, its stages."""
+    """A row's transport (its label where one was given) and, pipelined, its stages x groups of rows."""
     label = r.get("transport_label") or r["transport"]
-    return label if r.get("pipeline", 1) == 1 else f"{label}, {r['pipeline']} stages"
+    if r.get("pipeline", 1) == 1:
+        return label
+    stages, groups = r.get("pipeline_shape") or (r["pipeline"], 1)
+    return f"{label}, {stages}x{groups}"
 
 
 def plot_spectral(payload: dict[str, Any], png: Path) -> Path:

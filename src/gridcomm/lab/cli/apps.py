@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ..console import console, step_progress, table
-from .common import NpOption, Typer, check_options, percentages, ranks_or_relaunch
+from .common import NpOption, Typer, check_options, percentages, pipeline_value, ranks_or_relaunch
 
 apps_app = Typer(
     no_args_is_help=True,
@@ -197,9 +197,9 @@ def spectral(
     pipeline: Annotated[
         str,
         typer.Option(
-            help="Groups of latitude rows transposed apart; with --gpu each group's transposition overlaps the "
-            "other groups' FFTs (8 was the fastest for TCo639 on 4 GPUs with ipc or nccl: docs/spectral.md). "
-            "auto: 8 with --gpu where a CUDA graph replays the transport, else 1."
+            help="Stages of wavenumbers (8), or stages x groups of latitude rows (8x4), each (stage, group) "
+            "transposed apart; with --gpu its transposition overlaps the Legendre products and FFTs of the others "
+            "(docs/spectral.md). auto: 8x4 with --gpu where a CUDA graph replays the transport, else 1."
         ),
     ] = "auto",
 ) -> None:
@@ -209,7 +209,7 @@ def spectral(
 
     from ...grids.octahedral import parse_grid_name
     from ...transports import requested
-    from ..apps.spectral.dwarf import pipeline_groups
+    from ..apps.spectral.dwarf import pipeline_shape
     from ..apps.spectral.transform import check_truncation
 
     def truncation_fits() -> None:  # the grid's N is all it takes: no grid is built here
@@ -221,7 +221,7 @@ def spectral(
             "--grid": lambda: parse_grid_name(grid),
             "--truncation": truncation_fits,
             "--transport": lambda: requested(transport),
-            "--pipeline": lambda: pipeline_groups(pipeline_option(pipeline), gpu),
+            "--pipeline": lambda: pipeline_shape(pipeline_value(pipeline), gpu),
         }
     )
     ranks_or_relaunch(nprocs)
@@ -237,21 +237,21 @@ def spectral(
     with step_progress(say, "transform steps") as advance:
         r = run_spectral(
             comm, grid, truncation=truncation, levels=levels, fields=fields, steps=steps, transport=transport,
-            gpu=gpu, pipeline=pipeline_option(pipeline), progress=advance,
+            gpu=gpu, pipeline=pipeline_value(pipeline), progress=advance,
         )  # fmt: skip
     if say:
         console.print(
             f"spherical-harmonic transform on {r['grid']} ({r['points']} points), T = {r['truncation']}, "
             f"{r['fields']} field(s) x {r['levels']} level(s) + 1 surface field, {r['ranks']} rank(s), "
             f"{'GPU' if r['gpu'] else 'CPU'}, transport {r['transport']}"
-            + (f", {r['pipeline']} stages" if r["pipeline"] > 1 else "")
+            + (f", pipelined: {pipeline_words(r['pipeline_shape'])}" if r["pipeline"] > 1 else "")
         )
         split = r["slowest_rank_split_s"]
         rows = [["round-trip error (max |a - direct(inverse(a))| / max |a|)", f"{r['round_trip_error']:.2e}"]]
         rows.append([f"time per step (slowest rank: {r['slowest_rank']})", f"{r['time_per_step_s'] * 1e3:.2f} ms"])
         sequential = r.get("sequential_step_s")
-        if sequential is not None:  # pipelined: the split is of steps with the stages one phase after another
-            rows.append(["  the stages one phase after another (split below)", f"{sequential * 1e3:.2f} ms"])
+        if sequential is not None:  # pipelined: the split is of steps with the phases one after another
+            rows.append(["  the phases one after another (split below)", f"{sequential * 1e3:.2f} ms"])
         for (phase, seconds), share in zip(split.items(), percentages(list(split.values())), strict=True):
             rows.append([f"  {phase}", f"{seconds * 1e3:.2f} ms ({share} %)"])
         step = "the phase-by-phase step" if sequential is not None else "its step"
@@ -261,11 +261,7 @@ def spectral(
     comm.close()
 
 
-def pipeline_option(text: str) -> int | str:
-    """``--pipeline``'s text: "auto", or its whole number of groups (checked at least 1 by the dwarf)."""
-    if text.strip() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise typer.BadParameter(f"--pipeline {text!r}: give a whole number of stages or auto") from None
+def pipeline_words(shape: tuple[int, int] | list[int]) -> str:
+    """(stages, groups) in words: "8 stages x 4 groups of rows"."""
+    stages, groups = shape
+    return f"{stages} stage{'s' * (stages != 1)} x {groups} group{'s' * (groups != 1)} of rows"

@@ -10,7 +10,17 @@ from typing import Annotated, Any
 import typer
 
 from ..console import console, progress, say_written, table
-from .common import NpOption, OutOption, Sizes, Typer, int_list, name_list, ranks_or_relaunch, sizes_option
+from .common import (
+    NpOption,
+    OutOption,
+    Sizes,
+    Typer,
+    int_list,
+    name_list,
+    pipeline_value,
+    ranks_or_relaunch,
+    sizes_option,
+)
 
 bench_app = Typer(no_args_is_help=True, help="Benchmarks: each figure beside its floor, measured in the same run.")
 
@@ -710,9 +720,9 @@ def bench_spectral(
     pipeline: Annotated[
         str,
         typer.Option(
-            help="Groups of latitude rows, comma-separated counts: each group's transposition overlaps the FFTs "
-            "of the others (with --gpu and graphs; 1: every row at once; auto: 8 where a CUDA graph replays the "
-            "transport, else 1)."
+            help="Pipelines, comma-separated: stages of wavenumbers (8) or stages x groups of rows (8x4), each "
+            "(stage, group) transposed apart beside the Legendre products and FFTs of the others (with --gpu and "
+            "graphs; 1: everything at once; auto: 8x4 where a CUDA graph replays the transport, else 1)."
         ),
     ] = "auto",
     gpu: GpuOption = False,
@@ -738,7 +748,7 @@ def bench_spectral(
     transport_list = name_list(transports, "--transports")
     options = {"levels": levels, "fields": fields, "steps": steps, "gpu": gpu, "fft_streams": fft_streams}
     with bench_ranks(nprocs, gpu) as comm:
-        group_counts = int_list(pipeline, "--pipeline", ("auto",)) if comm.size > 1 else [1]
+        group_counts = [pipeline_value(v) for v in name_list(pipeline, "--pipeline")] if comm.size > 1 else [1]
         _bench_spectral(comm, grid_list, transport_list, group_counts, options, graphs, peer, out)
 
 
@@ -746,7 +756,7 @@ def _bench_spectral(
     comm: Any,
     grid_list: list[str],
     transport_list: list[str],
-    group_counts: list[int | str],
+    group_counts: list[int | tuple[int, int] | str],
     options: dict[str, Any],
     graphs: bool,
     peer: bool,
@@ -771,7 +781,7 @@ def _bench_spectral(
             bar.update(task, description=f"spectral {grid}: the ducc0 peer" if peer else f"spectral {grid}")
             peer_timing = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
             for transport, groups in cases:  # ESCAPE D3.4's Figure 4: one step, each transport
-                bar.update(task, description=f"spectral {grid}, transport {transport}, {groups} group(s)")
+                bar.update(task, description=f"spectral {grid}, transport {transport}, pipeline {groups}")
                 rows.append(
                     benchmark_spectral(
                         comm, grid, **options, transport=transport, graphs=gpu and graphs, pipeline=groups,

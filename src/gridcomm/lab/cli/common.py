@@ -86,6 +86,23 @@ def int_list(text: str, what: str, words: tuple[str, ...] = ()) -> list[Any]:
     return values
 
 
+def pipeline_value(text: str, what: str = "--pipeline") -> int | tuple[int, int] | str:
+    """A pipeline as the command line writes it: "auto", a whole number of stages, or stages x groups ("8x4");
+    the dwarf checks the numbers (at least 1)."""
+    word = text.strip().lower()
+    if word == "auto":
+        return "auto"
+    try:
+        numbers = [int(part) for part in word.split("x")]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (1, 2):
+        raise typer.BadParameter(
+            f"{what} {text!r}: give auto, a whole number of stages, or stages x groups of rows (e.g. 8x4)"
+        )
+    return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
+
+
 def name_list(text: str, what: str) -> list[str]:
     """``"O24, O48"`` as ["O24", "O48"]; a clear error when nothing is given."""
     values = [s.strip() for s in text.split(",") if s.strip()]

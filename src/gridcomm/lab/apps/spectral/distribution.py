@@ -93,3 +93,39 @@ def wavenumber_sets(truncation: int, nranks: int) -> list[np.ndarray]:
 def legendre_cost(truncation: int, ms: np.ndarray) -> int:
     """Relative Legendre work of the wavenumbers ``ms``: their number of (l, m) coefficients."""
     return int(np.sum(truncation - np.asarray(ms, dtype=np.int64) + 1))
+
+
+def row_groups(rows: np.ndarray, points_per_row: np.ndarray, groups: int) -> list[np.ndarray]:
+    """A rank's ``rows`` cut into at most ``groups`` groups that the pipelined dwarf transposes apart, each group
+    holding as many rows as points would say: a group's transposition moves every wavenumber of its rows (bytes
+    in proportion to its rows) while its FFTs cost in proportion to its points, and the transposition of one
+    group hides behind the FFTs of another only where both keep one ratio. So a row and its mirror in the other
+    hemisphere (as long) stay together, and the shortest of these pairs go with the longest (on the octahedral
+    grid every such quad of rows has as many points as any other); the quads are dealt to the groups in runs
+    as even as they allow. (Groups of consecutive rows put a rank's short polar rows in groups of their own,
+    whose transpositions outlasted their FFTs.)
+
+    Args:
+        rows: the rank's latitude rows (ascending), e.g. ``row_shares(...)[rank]``.
+        points_per_row: grid points in each row of the grid, north to south.
+        groups: the most groups wanted (fewer where there are fewer quads).
+
+    Returns:
+        The groups' rows, each ascending.
+    """
+    counts = np.asarray(points_per_row, dtype=np.int64)
+    last = len(counts) - 1
+    mine = set(np.asarray(rows).tolist())
+    units: list[list[int]] = []
+    for r in sorted(mine):
+        mirror = last - r
+        if r <= mirror:
+            units.append([r, mirror] if mirror != r and mirror in mine else [r])
+        elif mirror not in mine:
+            units.append([r])
+    units.sort(key=lambda unit: (int(counts[unit[0]]), unit[0]))
+    quads = [units[i] + units[-1 - i] for i in range(len(units) // 2)]
+    if len(units) % 2:
+        quads.append(units[len(units) // 2])
+    runs = np.array_split(np.arange(len(quads)), max(1, min(groups, len(quads))))
+    return [np.sort(np.concatenate([quads[i] for i in run])) for run in runs]

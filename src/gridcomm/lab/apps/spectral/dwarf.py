@@ -11,12 +11,12 @@ coefficients F_m(row) move:
 - direct: the way back.
 
 The Legendre side is one flat buffer of blocks: per stage c (a run of this rank's Legendre products,
-``pipeline``; one stage of all of them unpipelined) and then per rank q, the C-contiguous (batch, my m of c, q's
-rows) array that goes to q (``operands.RowLayout``, one per stage), so that every message is one contiguous range
-there, and one box of runs of c's m x my rows on the Fourier side (a 1-D range pairs with any box of as many
-elements, also for ipc's direct copies: ``packing.geometry.paired_grids``). The Legendre half reads and writes the
-blocks through the layouts' per-row tables. One rank keeps the plain (batch, m, 2N) array, which is its Fourier
-side as well.
+``pipeline``; one stage of all of them unpipelined), then per group g of rows and per rank q, the C-contiguous
+(batch, my m of c, q's rows of g) array that goes to q (``operands.RowLayout``, one per stage), so that every
+message is one contiguous range there, and one box of runs of c's m x my rows of g on the Fourier side (an array
+per group; a 1-D range pairs with any box of as many elements, also for ipc's direct copies:
+``packing.geometry.paired_grids``). The Legendre half reads and writes the blocks through the layouts' per-row
+tables. One rank keeps the plain (batch, m, 2N) array, which is its Fourier side as well.
 
 On the GPU each phase is a few array operations per wavenumber bucket and per row length, each a kernel launch
 that Python issues in about 10 µs: with ``graphs=True`` the FFT phases (N row lengths, a few launches each) and
@@ -44,7 +44,8 @@ from ....graphs import capture
 from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
-from .distribution import row_shares, wavenumber_sets
+from .distribution import row_groups, row_shares, wavenumber_sets
+from .fourier import RowGeometry
 from .operands import RowLayout
 from .transform import ProductClock, SpectralTransform, check_truncation, coefficient_index
 
@@ -55,9 +56,12 @@ PHASES = ("legendre", "fft", "transposition")
 #: spectral-gpu-2r-20261127T105408Z and the call after it): 64 blocks 35.2, 132 32.4, 264 31.2, 792 31.6;
 #: not pipelined 33.1.
 PIPELINE_IPC_BLOCKS = 264
-#: Stages of ``pipeline="auto"`` at most, where the transpositions can overlap the Legendre products: every batched
-#: product its own stage where a rank has no more (8 per rank for TCo639 on 2 or 4 GPUs: MAX_BUCKETS_GPU).
-AUTO_PIPELINE = 8
+#: The pipeline of ``pipeline="auto"``: (stages of wavenumbers at most, groups of rows at most), where the
+#: transpositions can overlap the Legendre products and the FFTs: every batched product its own stage where a rank
+#: has no more (8 per rank for TCo639 on 2 or 4 GPUs: MAX_BUCKETS_GPU), and 2 groups of rows. TCo639 on 4 x H200
+#: (ipc, ms per step, one call, spectral-gpu-4r-20261127T113911Z): 8 x 1 17.37, 8 x 2 16.78, 8 x 4 17.05, 4 x 4
+#: 17.23; 8 groups of rows alone 17.75 (the pipeline before, ...T113923Z).
+AUTO_PIPELINE = (8, 2)
 
 
 class DistributedTransform:
@@ -73,20 +77,23 @@ class DistributedTransform:
         graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
             transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
-        pipeline: cut every rank's wavenumbers into at most this many stages, runs of its batched Legendre
-            products (``SpectralTransform.legendre_parts``; as many stages on every rank), each moved by a
-            transposition of its own: with ``graphs`` the transposition of a stage runs on a stream of its own
-            (the highest priority; ipc's kernel there, named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS
-            blocks) while the products of another stage run, so that the transpositions hide behind the Legendre
-            phase (the FFTs, which need every wavenumber of a row, come after it in the inverse and before it in
-            the direct transform). In the inverse the stages of the shortest wavenumbers (the cheapest products)
-            go first, so that the first transposition starts early, and in the direct the longest, so that the
-            last products to wait for their transposition are the cheapest. The products are the unpipelined
+        pipeline: (stages, groups), or stages alone (groups 1): cut every rank's wavenumbers into at most
+            ``stages`` stages, runs of its batched Legendre products (``SpectralTransform.legendre_parts``), and its
+            latitude rows into at most ``groups`` groups (``distribution.row_groups``: as many rows as points would
+            say in each), as many of each on every rank; each (stage, group) is moved by a transposition of its
+            own. With ``graphs`` the transpositions run on a stream of their own (the highest priority; ipc's
+            kernel there, named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS blocks): in the inverse each
+            stage's transpositions run while the next stage's products do, and the last stage's, group by group,
+            while the FFTs of the groups already moved; in the direct each group's transpositions run while the
+            next group's FFTs do, and the last group's, stage by stage, while the products of the stages already
+            moved. In the inverse the stages of the shortest wavenumbers (the cheapest products) go first, so that
+            the first transposition starts early, and in the direct the longest, so that the last products to wait
+            for their transposition are the cheapest. The products and the row FFTs are the unpipelined
             transform's own, run in another order: the result is the same, bit for bit. Needs a transport a CUDA
-            graph can replay (ipc, nccl). Without graphs, or with ``overlap`` False, the stages run one phase
-            after the other, each phase timed (what a benchmark compares the overlap with). ``"auto"`` (the
-            default): AUTO_PIPELINE stages at most with graphs on several ranks where the transport picked is one
-            a CUDA graph replays, else 1 (one transposition of every wavenumber).
+            graph can replay (ipc, nccl). Without graphs, or with ``overlap`` False, the phases run one after the
+            other, each timed (what a benchmark compares the overlap with). ``"auto"`` (the default):
+            AUTO_PIPELINE with graphs on several ranks where the transport picked is one a CUDA graph replays,
+            else (1, 1) (one transposition of everything).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
@@ -108,7 +115,7 @@ class DistributedTransform:
         xp: Any = np,
         graphs: bool = False,
         fft_streams: int | None = None,
-        pipeline: int | str = "auto",
+        pipeline: int | tuple[int, int] | str = "auto",
     ) -> None:
         batch = whole_number(batch, "batch", least=1)
         graphs = flag(graphs, "graphs")
@@ -116,7 +123,7 @@ class DistributedTransform:
         if graphs and xp is np:
             raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
         auto = pipeline == "auto"
-        pipeline = pipeline_groups(pipeline, graphs)
+        pipeline = pipeline_shape(pipeline, graphs)
 
         self.comm = comm = Communicator.wrap(comm)
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
@@ -138,16 +145,15 @@ class DistributedTransform:
         self.m_order = m_order
         self.overlap = True
         self.overlapped_seconds = 0.0
-        self._to_rows: list[Any] = []
-        self._to_waves: list[Any] = []
+        self._to_rows: dict[tuple[int, int], Any] = {}  # (stage, group) -> Transposer
+        self._to_waves: dict[tuple[int, int], Any] = {}
         self._closed = False
         self._replays: dict[str, tuple[Any, Any]] = {}  # phase -> (graph, its output array)
         self.graphs = graphs
-        if not self._arrange(bands, sets, pipeline, transport, need_graphs=auto and pipeline > 1):
-            self._arrange(bands, sets, 1, transport)  # "auto" picked a transport no graph replays
+        if not self._arrange(bands, sets, pipeline, transport, need_graphs=auto and pipeline != (1, 1)):
+            self._arrange(bands, sets, (1, 1), transport)  # "auto" picked a transport no graph replays
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.products = self.transform.product_clock = ProductClock(xp)
-        stages = self.pipeline
         if graphs:
             # The graphs' temporaries come from a pool of their own, so nothing else is ever handed memory a
             # graph writes; the compute graphs replay one after the other on one stream, so they may share
@@ -160,80 +166,96 @@ class DistributedTransform:
             # of coefficients per rank and step).
             self._coefficients = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
             self._values = xp.zeros((batch, self.transform.points), dtype=np.float64)
-        if stages > 1 and graphs:
-            # The stream the stages' transpositions run on, and the events ordering the two streams. The highest
-            # priority: a transposition's blocks start as soon as SMs free up, not after the products'.
-            self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
-            self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(stages)]
-            self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(stages)]
+            if self.pipeline > 1:
+                # The stream the transpositions run on, and the events ordering the two streams. The highest
+                # priority: a transposition's blocks start as soon as SMs free up, not after the compute's.
+                self.transposition_stream = xp.cuda.Stream(non_blocking=True, priority=HIGHEST_PRIORITY)
+                count = max(len(self.stages), len(self.groups))
+                self._computed = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(count)]
+                self._moved = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(count)]
 
     def _arrange(
-        self, bands: list[np.ndarray], sets: list[np.ndarray], pipeline: int, transport: Any, need_graphs: bool = False
+        self,
+        bands: list[np.ndarray],
+        sets: list[np.ndarray],
+        pipeline: tuple[int, int],
+        transport: Any,
+        need_graphs: bool = False,
     ) -> bool:
-        """Cut every rank's wavenumbers into ``pipeline`` stages at most, lay out both sides and make the
-        transposers (collective). With ``need_graphs``, stop (closing what was made) and return False where the
-        transport picked is one a CUDA graph does not replay."""
-        comm, batch, xp, t = self.comm, self.batch, self.xp, self.truncation
+        """Cut every rank's wavenumbers into stages and its rows into groups (``pipeline``, at most), lay out both
+        sides and make the transposers (collective). With ``need_graphs``, stop (closing what was made) and
+        return False where the transport picked is one a CUDA graph does not replay."""
+        comm, grid, batch, xp, t = self.comm, self.grid, self.batch, self.xp, self.truncation
         mine = len(self.wavenumbers)
         #: Per stage, this rank's wavenumbers in it: (first, stop) on its m axis (of the Legendre side).
         self.stages: list[tuple[int, int]] = [(0, mine)]
+        #: Per group, this rank's rows in it (ascending).
+        self.groups: list[np.ndarray] = [self.rows]
         #: How the Legendre side lies in memory, per stage (operands.RowLayout): None for the plain (batch, my m,
         #: 2N) array; and each stage's part of the flat buffer.
         self.layouts: list[RowLayout | None] = [None]
+        self._group_transforms = [self.transform]
         # One rank holds every wavenumber on every row, in the same order on both sides: one array, no
         # transposition (on one H200 that saves two copies of 5.4 GB per TCo639 step, 5.5 ms of 64).
         if comm.size == 1:
             requested(transport)  # a wrong name is still an error
-            self.legendre_side = xp.zeros((batch, mine, 2 * self.grid.N), dtype=np.complex128)
-            self.fourier_side = self.legendre_side
+            self.legendre_side = xp.zeros((batch, mine, 2 * grid.N), dtype=np.complex128)
+            self._fourier_sides = [self.legendre_side]
             self._regions = [self.legendre_side]
             return True
-        # Every rank's products, cut into as many stages on every rank.
+        # Every rank's products cut into as many stages, and its rows into as many groups, on every rank.
         everyone = comm.mpi.allgather(self.transform.legendre_parts(batch))
-        count = max(1, min(pipeline, *(len(parts) for parts in everyone)))
-        staged = [_merged(parts, count) for parts in everyone]
-        self.stages = staged[comm.rank]
-        # The Legendre side as one flat buffer of blocks, per stage and then per rank q the C-contiguous
-        # (batch, my m of the stage, q's rows) array that goes to q: each message is one contiguous range of it.
-        self.layouts = [RowLayout.blocked(batch, stop - first, bands) for first, stop in self.stages]
+        staged = [_merged(parts, max(1, min(pipeline[0], *(len(p) for p in everyone)))) for parts in everyone]
+        cut = [row_groups(band, grid.nlon, pipeline[1]) for band in bands]
+        count = min(len(c) for c in cut)
+        cut = cut if all(len(c) == count for c in cut) else [row_groups(band, grid.nlon, count) for band in bands]
+        self.stages, self.groups = staged[comm.rank], cut[comm.rank]
+        # The Legendre side as one flat buffer of blocks, per stage, then per group of rows and rank q the
+        # C-contiguous (batch, my m of the stage, q's rows of the group) array that goes to q: each message is one
+        # contiguous range of it.
+        blocks = [rows[g] for g in range(count) for rows in cut]
+        self.layouts = [RowLayout.blocked(batch, stop - first, blocks) for first, stop in self.stages]
         edges = np.concatenate([[0], np.cumsum([layout.size for layout in self.layouts])]).astype(np.int64)
         self.legendre_side = xp.zeros(int(edges[-1]), dtype=np.complex128)
         self._regions = [self.legendre_side[a:b] for a, b in itertools.pairwise(edges.tolist())]
-        # The Fourier side (batch, all m, my rows), the m in rank order.
-        self.fourier_side = xp.zeros((batch, t + 1, len(self.rows)), dtype=np.complex128)
-        overlapped = count > 1 and self.graphs  # ipc's kernel must leave the products their SMs
+        # Per group, the Fourier side of its rows (batch, all m, the group's rows), the m in rank order: an array
+        # of its own, so that each group's FFTs read one contiguous array.
+        self._fourier_sides = [xp.zeros((batch, t + 1, len(rows)), dtype=np.complex128) for rows in self.groups]
+        if count > 1:
+            self._group_transforms = self._fourier_groups()
+        overlapped = self.graphs and len(self.stages) * count > 1  # ipc's kernel must leave the compute its SMs
         if overlapped and transport == "ipc":
             transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
         m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
-        rows = len(self.rows)
-        boxes = [
-            (
-                {q: Box((int(edges[c]) + a,), (int(edges[c]) + b,)) for q, (a, b) in enumerate(_spans(layout, bands))},
-                {p: Box((0, int(m_start[p]) + parts[c][0], 0), (batch, int(m_start[p]) + parts[c][1], rows))
-                 for p, parts in enumerate(staged)},
-            )
-            for c, layout in enumerate(self.layouts)
-        ]  # fmt: skip
-        return self._make_transposers(boxes, transport, overlapped and transport == "auto", need_graphs)
+        moves = {}
+        for c, layout in enumerate(self.layouts):
+            for g, rows in enumerate(self.groups):
+                spans = [layout.span(int(rows_q[g][0])) for rows_q in cut]  # q's block of group g
+                on_legendre = {q: Box((int(edges[c]) + a,), (int(edges[c]) + b,)) for q, (a, b) in enumerate(spans)}
+                on_fourier = {p: Box((0, int(m_start[p]) + parts[c][0], 0), (batch, int(m_start[p]) + parts[c][1],
+                                     len(rows))) for p, parts in enumerate(staged)}  # fmt: skip
+                moves[c, g] = (on_legendre, on_fourier)
+        return self._make_transposers(moves, transport, overlapped and transport == "auto", need_graphs)
 
     def _make_transposers(
-        self, boxes: list[tuple[dict, dict]], transport: Any, hold_ipc: bool = False, need_graphs: bool = False
-    ) -> bool:
-        """One Transposer each way per stage: ``boxes[c]`` = (on the Legendre side, per rank q: my wavenumbers of
-        stage c on q's rows; on the Fourier side, per rank p: p's wavenumbers of stage c on my rows) (collective;
-        on an error every one made is closed first). ``transport``: one for both ways, or a pair (to rows, to
-        waves). The later stages take what the first stage's transposers picked each way (``"auto"`` measures
-        once, and every rank picks the same). With ``hold_ipc``, a way where ``"auto"`` picked ipc's kernel on as
-        many blocks as it likes (measured on one transposition alone, where every SM is its own) is made again on
+        self, moves: dict[tuple[int, int], tuple[dict, dict]], transport: Any, hold_ipc: bool = False,
+        need_graphs: bool = False,
+    ) -> bool:  # fmt: skip
+        """One Transposer each way per (stage c, group g): ``moves[c, g]`` = (on the Legendre side, per rank q: my
+        wavenumbers of c on q's rows of g; on the Fourier side, per rank p: p's wavenumbers of c on my rows of g)
+        (collective; on an error every one made is closed first). ``transport``: one for both ways, or a pair (to
+        rows, to waves). The later ones take what the first pair picked each way (``"auto"`` measures once, and
+        every rank picks the same). With ``hold_ipc``, a way where ``"auto"`` picked ipc's kernel on as many
+        blocks as it likes (measured on one transposition alone, where every SM is its own) is made again on
         PIPELINE_IPC_BLOCKS blocks, as where ``"ipc"`` is named. With ``need_graphs``, where a way's transport is
         one a CUDA graph does not replay, every one made is closed and False returned."""
         from ....transpose import Transposer
 
         ways = transport if isinstance(transport, tuple) else (transport, transport)
         try:
-            for c, (on_legendre, on_fourier) in enumerate(boxes):
-                if c == 1:  # the first stage's picks, each way
-                    picked = (self._to_rows[0].transport, self._to_waves[0].transport)
+            for k, ((c, g), (on_legendre, on_fourier)) in enumerate(moves.items()):
+                if k == 1:  # the first pair's picks, each way
+                    picked = (self._to_rows[0, 0].transport, self._to_waves[0, 0].transport)
                     if need_graphs and not all(way.graph_capturable for way in picked):
                         self._close_transposers()
                         return False
@@ -241,31 +263,49 @@ class DistributedTransform:
                         self._close_transposers()
                         held = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
                         return self._make_transposers(
-                            boxes, tuple(held if _unheld_ipc_kernel(w) else w for w in picked)
+                            moves, tuple(held if _unheld_ipc_kernel(w) else w for w in picked)
                         )
                     ways = picked
-                sides = (self.legendre_side, self.fourier_side)
-                self._to_rows.append(Transposer(self.comm, on_legendre, on_fourier, *sides, ways[0]))
-                self._to_waves.append(Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], ways[1]))
+                sides = (self.legendre_side, self._fourier_sides[g])
+                self._to_rows[c, g] = Transposer(self.comm, on_legendre, on_fourier, *sides, ways[0])
+                self._to_waves[c, g] = Transposer(self.comm, on_fourier, on_legendre, *sides[::-1], ways[1])
         except BaseException:
             self.close()
             raise
         return True
 
     def _close_transposers(self) -> None:
-        for transposer in (*self._to_rows, *self._to_waves):
+        for transposer in (*self._to_rows.values(), *self._to_waves.values()):
             transposer.close()
-        self._to_rows, self._to_waves = [], []
+        self._to_rows, self._to_waves = {}, {}
+
+    def _fourier_groups(self) -> list[SpectralTransform]:
+        """The Fourier half of each group of this rank's rows: no wavenumbers of its own (no Legendre tables),
+        reading and writing its rows' points where they lie in grid values of all of this rank's rows."""
+        starts = RowGeometry.of(self.grid.nlon[self.rows]).starts  # each of this rank's rows (ascending)
+        return [
+            SpectralTransform(
+                self.grid, self.truncation, wavenumbers=np.zeros(0, np.int64), rows=rows,
+                fourier_order=self.m_order, xp=self.xp, fft_streams=self.transform.fft_streams,
+                values_layout=(starts[np.searchsorted(self.rows, rows)], self.transform.points),
+            )
+            for rows in self.groups
+        ]  # fmt: skip
 
     @property
     def transport(self) -> str:
         """The name of the transport the transpositions use ("none" on one rank, which has none)."""
-        return self._to_rows[0].transport.name if self._to_rows else "none"
+        return self._to_rows[0, 0].transport.name if self._to_rows else "none"
+
+    @property
+    def pipeline_shape(self) -> tuple[int, int]:
+        """(stages of wavenumbers, groups of rows) transposed apart: (1, 1) all at once."""
+        return len(self.stages), len(self.groups)
 
     @property
     def pipeline(self) -> int:
-        """How many stages of wavenumbers are transposed apart (1: all at once)."""
-        return len(self.stages)
+        """How many transpositions each way moves (stages x groups; 1: all at once)."""
+        return len(self.stages) * len(self.groups)
 
     def _transpose(self, phase: str, transposer: Any, stream: Any = None) -> None:
         """Transposition ``phase`` by ``transposer`` (as a graph replay, on ``stream`` if given, where it can be
@@ -274,7 +314,7 @@ class DistributedTransform:
 
     def _legendre_inverse(self, a: Any, c: int) -> None:
         """The Legendre products of stage ``c`` into its part of the Legendre side (a phase no graph captures)."""
-        part = None if self.pipeline == 1 else self.stages[c]
+        part = None if len(self.stages) == 1 else self.stages[c]
         inverse = functools.partial(
             self.transform.legendre_inverse, a, out=self._regions[c], layout=self.layouts[c], part=part
         )
@@ -282,98 +322,92 @@ class DistributedTransform:
 
     def _legendre_direct(self, out: Any, c: int) -> None:
         """The quadrature of stage ``c``'s wavenumbers into ``out`` (their coefficients alone)."""
-        part = None if self.pipeline == 1 else self.stages[c]
+        part = None if len(self.stages) == 1 else self.stages[c]
         direct = functools.partial(
             self.transform.legendre_direct, self._regions[c], out=out, layout=self.layouts[c], part=part
         )
         self._run(f"legendre direct {c}", direct, False)
 
+    def _fft_inverse(self, values: Any, g: int) -> None:
+        """The FFTs of group ``g``'s rows, into their points of ``values``."""
+        half, fourier = self._group_transforms[g], self._fourier_sides[g]
+        self._run(f"fft inverse {g}", lambda: half.fourier_inverse(fourier, self.m_order, out=values))
+
+    def _fft_direct(self, values: Any, g: int) -> None:
+        """The FFTs of group ``g``'s rows, from their points of ``values``."""
+        half, fourier = self._group_transforms[g], self._fourier_sides[g]
+        self._run(f"fft direct {g}", lambda: half.fourier_direct(values, self.m_order, out=fourier))
+
+    def _overlapped(self) -> bool:
+        """Whether the transpositions run on their own stream beside the compute."""
+        return self.graphs and self.overlap and self.pipeline > 1
+
     def inverse(self, coefficients: Any) -> Any:
         """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
         self._check_open()
-        transform = self.transform
         with self._on_stream():
             a = self._fixed(self._coefficients, coefficients) if self.graphs else coefficients
-            if self.pipeline > 1:  # the cheapest products first: the first transposition starts soonest
-                order = range(self.pipeline - 1, -1, -1)
-                self._pipelined(order, (functools.partial(self._legendre_inverse, a), "legendre"), "to rows", None)
-            else:
-                with self._timed("legendre"):
-                    self._legendre_inverse(a, 0)
-                if self._to_rows:
-                    with self._timed("transposition"):
-                        self._transpose("to rows", self._to_rows[0])
-            with self._timed("fft"):
-                out = self._values if self.graphs else None
-                return self._run(
-                    "fft inverse", lambda: transform.fourier_inverse(self.fourier_side, self.m_order, out=out)
-                )
+            values = self._values if self.graphs else self.xp.empty((self.batch, self.transform.points), np.float64)
+            stages = range(len(self.stages) - 1, -1, -1)  # the cheapest products first
+            self._phases(
+                (functools.partial(self._legendre_inverse, a), "legendre", stages),
+                ("to rows", self._to_rows, lambda c, g: (c, g)),
+                (functools.partial(self._fft_inverse, values), "fft", range(len(self.groups))),
+            )
+            return values
 
     def direct(self, values: Any) -> Any:
         """This rank's grid values (batch, points) -> its coefficients (batch, ncoef)."""
         self._check_open()
-        transform = self.transform
         with self._on_stream():
             v = self._fixed(self._values, values) if self.graphs else values
-            with self._timed("fft"):
-                self._run("fft direct", lambda: transform.fourier_direct(v, self.m_order, out=self.fourier_side))
-            shape = (self.batch, transform.ncoef)
+            shape = (self.batch, self.transform.ncoef)
             out = self._coefficients if self.graphs else self.xp.empty(shape, dtype=np.complex128)
-            if self.pipeline > 1:  # the dearest products first: the last to wait for its transposition is cheapest
-                order = range(self.pipeline)
-                self._pipelined(order, None, "to waves", (functools.partial(self._legendre_direct, out), "legendre"))
-                return out
-            if self._to_waves:
-                with self._timed("transposition"):
-                    self._transpose("to waves", self._to_waves[0])
-            with self._timed("legendre"):
-                self._legendre_direct(out, 0)
+            self._phases(
+                (functools.partial(self._fft_direct, v), "fft", range(len(self.groups))),
+                ("to waves", self._to_waves, lambda g, c: (c, g)),
+                (functools.partial(self._legendre_direct, out), "legendre", range(len(self.stages))),  # dearest first
+            )
             return out
 
-    # -- the pipeline ----------------------------------------------------------------------------------------
-
-    def _pipelined(
+    def _phases(
         self,
-        order: range,
-        before: tuple[Callable[[int], None], str] | None,
-        name: str,
-        after: tuple[Callable[[int], None], str] | None,
+        first: tuple[Callable[[int], None], str, range],
+        moves: tuple[str, dict[tuple[int, int], Any], Callable[[int, int], tuple[int, int]]],
+        last: tuple[Callable[[int], None], str, range],
     ) -> None:
-        """Per stage c, in ``order``: ``before(c)`` (compute, if any), its transposition (``name``: "to rows" or
-        "to waves"), ``after(c)`` (compute, if any), each with its phase name. Overlapped (graphs and
-        ``overlap``): the transposition of stage c runs on ``transposition_stream`` once ``before(c)`` is done,
-        while the next stage's ``before`` or the previous stage's ``after`` run on the transform's stream, and
-        ``after(c)`` waits for it. Otherwise the stages run one phase after the other, each phase timed."""
-        moves = self._to_rows if name == "to rows" else self._to_waves
-        if not (self.graphs and self.overlap):
-            for c in order:
-                if before is not None:
-                    with self._timed(before[1]):
-                        before[0](c)
-                with self._timed("transposition"):
-                    self._transpose(f"{name} {c}", moves[c])
-                if after is not None:
-                    with self._timed(after[1]):
-                        after[0](c)
+        """A transform's three phases: ``first`` (compute, phase name, its units: stages or groups), the
+        transpositions (name, transposers by (stage, group), the key of (unit of first, unit of last)), ``last``
+        (compute, name, its units). Overlapped (graphs, ``overlap``, pipelined): the transpositions of each unit of
+        ``first`` run on ``transposition_stream`` once it is done, beside the next unit of ``first``; each unit of
+        ``last`` waits for its last transposition, beside the transpositions still to come. Otherwise the phases
+        run one after another, each unit timed."""
+        (compute, phase, units), (name, transposers, key), (finish, end_phase, ends) = first, moves, last
+        if not self._overlapped():
+            for u in units:
+                with self._timed(phase):
+                    compute(u)
+            for u in units:
+                for e in ends if transposers else ():
+                    with self._timed("transposition"):
+                        self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)])
+            for e in ends:
+                with self._timed(end_phase):
+                    finish(e)
             return
         lane, stream = self.transposition_stream, self.stream
         _synchronize(self.xp)
         start = time.perf_counter()
-        previous = None
-        for c in order:
-            if before is not None:
-                before[0](c)
-            self._computed[c].record(stream)
-            lane.wait_event(self._computed[c])
-            self._transpose(f"{name} {c}", moves[c], lane)
-            self._moved[c].record(lane)
-            if after is not None and previous is not None:
-                stream.wait_event(self._moved[previous])
-                after[0](previous)
-            previous = c
-        stream.wait_event(self._moved[previous])  # every transposition is in before what follows
-        if after is not None:
-            after[0](previous)
+        for u in units:
+            compute(u)
+            self._computed[u].record(stream)
+            lane.wait_event(self._computed[u])
+            for e in ends:
+                self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)], lane)
+                self._moved[e].record(lane)  # after the last unit of ``first``: all of e's transpositions done
+        for e in ends:
+            stream.wait_event(self._moved[e])
+            finish(e)
         _synchronize(self.xp)
         self.overlapped_seconds += time.perf_counter() - start
 
@@ -458,26 +492,30 @@ class _Timer:
         self.owner.seconds[self.phase] += time.perf_counter() - self.start
 
 
-def pipeline_groups(pipeline: int | str, graphs: bool) -> int:
-    """The stages that ``pipeline`` asks for at most (DistributedTransform): a whole number at least 1, or
-    ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap the products), else 1."""
+def pipeline_shape(pipeline: int | tuple[int, int] | str, graphs: bool) -> tuple[int, int]:
+    """(stages, groups) that ``pipeline`` asks for at most (DistributedTransform): a whole number of stages at least
+    1 (one group), a pair of them, or ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap
+    the compute), else (1, 1)."""
     if pipeline == "auto":
-        return AUTO_PIPELINE if graphs else 1
+        return AUTO_PIPELINE if graphs else (1, 1)
     if isinstance(pipeline, str):
-        raise ArgumentError(f"pipeline={pipeline!r}: pass a whole number of stages (at least 1) or 'auto'")
+        raise ArgumentError(
+            f"pipeline={pipeline!r}: pass a whole number of stages, a pair (stages, groups of rows), or 'auto'"
+        )
+    if isinstance(pipeline, tuple | list) and len(pipeline) == 2:
+        stages, groups = pipeline
+    else:
+        stages, groups = pipeline, 1
     meaning = "stages of wavenumbers whose transpositions overlap the Legendre products of the others"
-    return whole_number(pipeline, "pipeline", least=1, meaning=meaning)
+    stages = whole_number(stages, "pipeline", least=1, meaning=meaning)
+    groups = whole_number(groups, "pipeline's groups", least=1, meaning="groups of latitude rows")
+    return stages, groups
 
 
 def _merged(parts: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
     """``parts`` (runs of wavenumbers, in order) merged into ``count`` runs of as many parts as they allow."""
     cuts = np.array_split(np.arange(len(parts)), count)
     return [(int(parts[run[0]][0]), int(parts[run[-1]][1])) for run in cuts]
-
-
-def _spans(layout: RowLayout, bands: list[np.ndarray]) -> list[tuple[int, int]]:
-    """(start, stop) in ``layout``'s buffer [elements] of each band's block of rows."""
-    return [layout.span(int(band[0])) for band in bands]
 
 
 def _unheld_ipc_kernel(transport: Any) -> bool:
@@ -527,7 +565,7 @@ def run_spectral(
     gpu: bool = False,
     graphs: bool | None = None,
     fft_streams: int | None = None,
-    pipeline: int | str = "auto",
+    pipeline: int | tuple[int, int] | str = "auto",
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``steps`` of (inverse + direct) transforms of ``fields`` fields on ``levels`` levels plus a surface
@@ -535,9 +573,9 @@ def run_spectral(
     current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
     there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
     phase as a CUDA graph, and ``fft_streams`` spreads the row FFTs over that many streams
-    (DistributedTransform). Pipelined (``pipeline`` stages, with graphs) the steps are timed twice: the stages one
-    phase after the other (the split), then with each stage's transposition overlapping the other stages'
-    Legendre products (the time per step).
+    (DistributedTransform). Pipelined (``pipeline``: stages, or (stages, groups); with graphs) the steps are timed
+    twice: the phases one after another (the split), then with the transpositions overlapping the compute (the time
+    per step).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s], its split per phase (``split_s``: legendre, fft, transposition;
@@ -560,7 +598,7 @@ def run_spectral(
         comm = dist.comm
         host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
         a = xp.asarray(host)
-        pipelined = dist.pipeline > 1 and dist.graphs  # the transpositions can overlap the FFTs
+        pipelined = dist.pipeline > 1 and dist.graphs  # the transpositions can overlap the compute
         for overlap in (True, False) if pipelined else (True,):
             dist.overlap = overlap  # warm-up steps: caches, first touch of work arrays, connections, FFT plans
             dist.direct(dist.inverse(a))
@@ -605,6 +643,7 @@ def run_spectral(
             "time_per_step_s": mpi.allreduce(elapsed, op=MPI.MAX) / steps,
             "legendre_products_s": mpi.allreduce(products, op=MPI.MAX) / steps,
             "pipeline": dist.pipeline,
+            "pipeline_shape": list(dist.pipeline_shape),  # (stages of wavenumbers, groups of rows)
             # Pipelined: the same steps with the stages one phase after the other (where the split comes from).
             "sequential_step_s": mpi.allreduce(sequential, op=MPI.MAX) / steps if pipelined else None,
         }
