@@ -90,11 +90,9 @@ def main() -> int:
     use_local_gpu()
     comm = Communicator()
     batch = args.fields * args.levels + 1
-    numbers = [] if args.pipeline == "auto" else [int(n) for n in args.pipeline.split("x")]
-    pipeline = "auto" if not numbers else numbers[0] if len(numbers) == 1 else tuple(numbers)
     rows = []
     for transport in args.transports.split(","):
-        options = {"batch": batch, "xp": cupy, "graphs": True, "transport": transport, "pipeline": pipeline}
+        options = {"batch": batch, "xp": cupy, "graphs": True, "transport": transport, "pipeline": args.pipeline}
         with DistributedTransform(comm, args.grid, **options) as dist:
             a = cupy.asarray(random_coefficients(dist.truncation, dist.wavenumbers, batch))
             times = probe(comm, dist, a, args.steps)

@@ -58,15 +58,13 @@ def main() -> None:
     use_local_gpu(comm)
     rows: list[dict[str, Any]] = []
     cases = [
-        ([int(v) for v in shape.split(":")], tuple(int(n) for n in g.split("x")))
-        for shape in args.shapes.split(",")
-        for g in args.pipelines.split(",")
+        ([int(v) for v in shape.split(":")], g) for shape in args.shapes.split(",") for g in args.pipelines.split(",")
     ]
-    for (threads, unroll, blocks, min_blocks), groups in cases:
+    for (threads, unroll, blocks, min_blocks), pipeline in cases:
         set_shape(threads, unroll, min_blocks)
         r = run_spectral(
             comm, args.grid, levels=args.levels, fields=args.fields, steps=args.steps, gpu=True,
-            transport=IpcTransport(blocks=blocks), pipeline=groups if len(groups) == 2 else groups[0],
+            transport=IpcTransport(blocks=blocks), pipeline=pipeline,
         )  # fmt: skip
         split = r["split_s"]
         row = {

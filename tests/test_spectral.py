@@ -566,7 +566,10 @@ def test_pipeline_is_checked():
             assert dist.pipeline == 1
     assert pipeline_shape("auto", graphs=True) == AUTO_PIPELINE and AUTO_PIPELINE[0] * AUTO_PIPELINE[1] > 1
     assert pipeline_shape("auto", graphs=False) == (1, 1) and pipeline_shape(5, graphs=True) == (5, 1)
-    assert pipeline_shape((5, 2), graphs=False) == (5, 2)
+    assert pipeline_shape((5, 2), graphs=False) == (5, 2) == pipeline_shape(" 5x2", graphs=False)
+    assert pipeline_shape("3", graphs=True) == (3, 1) and pipeline_shape("auto", graphs=False) == (1, 1)
+    with pytest.raises(ArgumentError, match="8x4"):
+        pipeline_shape("2x2x2", graphs=False)
 
 
 def test_product_clock_times_the_legendre_products_alone(monkeypatch):

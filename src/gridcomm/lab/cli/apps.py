@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ..console import console, step_progress, table
-from .common import NpOption, Typer, check_options, percentages, pipeline_value, ranks_or_relaunch
+from .common import NpOption, Typer, check_options, percentages, ranks_or_relaunch
 
 apps_app = Typer(
     no_args_is_help=True,
@@ -197,9 +197,9 @@ def spectral(
     pipeline: Annotated[
         str,
         typer.Option(
-            help="Stages of wavenumbers (8), or stages x groups of latitude rows (8x4), each (stage, group) "
+            help="Stages of wavenumbers (8), or stages x groups of latitude rows (8x2), each (stage, group) "
             "transposed apart; with --gpu its transposition overlaps the Legendre products and FFTs of the others "
-            "(docs/spectral.md). auto: 8x4 with --gpu where a CUDA graph replays the transport, else 1."
+            "(docs/spectral.md). auto: 8x2 with --gpu where a CUDA graph replays the transport, else 1."
         ),
     ] = "auto",
 ) -> None:
@@ -221,7 +221,7 @@ def spectral(
             "--grid": lambda: parse_grid_name(grid),
             "--truncation": truncation_fits,
             "--transport": lambda: requested(transport),
-            "--pipeline": lambda: pipeline_shape(pipeline_value(pipeline), gpu),
+            "--pipeline": lambda: pipeline_shape(pipeline, gpu),
         }
     )
     ranks_or_relaunch(nprocs)
@@ -237,7 +237,7 @@ def spectral(
     with step_progress(say, "transform steps") as advance:
         r = run_spectral(
             comm, grid, truncation=truncation, levels=levels, fields=fields, steps=steps, transport=transport,
-            gpu=gpu, pipeline=pipeline_value(pipeline), progress=advance,
+            gpu=gpu, pipeline=pipeline, progress=advance,
         )  # fmt: skip
     if say:
         console.print(
@@ -262,6 +262,6 @@ def spectral(
 
 
 def pipeline_words(shape: tuple[int, int] | list[int]) -> str:
-    """(stages, groups) in words: "8 stages x 4 groups of rows"."""
+    """(stages, groups) in words: "8 stages x 2 groups of rows"."""
     stages, groups = shape
     return f"{stages} stage{'s' * (stages != 1)} x {groups} group{'s' * (groups != 1)} of rows"

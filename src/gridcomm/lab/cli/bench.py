@@ -15,9 +15,9 @@ from .common import (
     OutOption,
     Sizes,
     Typer,
+    check_options,
     int_list,
     name_list,
-    pipeline_value,
     ranks_or_relaunch,
     sizes_option,
 )
@@ -720,9 +720,9 @@ def bench_spectral(
     pipeline: Annotated[
         str,
         typer.Option(
-            help="Pipelines, comma-separated: stages of wavenumbers (8) or stages x groups of rows (8x4), each "
+            help="Pipelines, comma-separated: stages of wavenumbers (8) or stages x groups of rows (8x2), each "
             "(stage, group) transposed apart beside the Legendre products and FFTs of the others (with --gpu and "
-            "graphs; 1: everything at once; auto: 8x4 where a CUDA graph replays the transport, else 1)."
+            "graphs; 1: everything at once; auto: 8x2 where a CUDA graph replays the transport, else 1)."
         ),
     ] = "auto",
     gpu: GpuOption = False,
@@ -747,16 +747,20 @@ def bench_spectral(
     grid_list = name_list(grids, "--grids")
     transport_list = name_list(transports, "--transports")
     options = {"levels": levels, "fields": fields, "steps": steps, "gpu": gpu, "fft_streams": fft_streams}
+    from ..apps.spectral.dwarf import pipeline_shape
+
+    pipelines = name_list(pipeline, "--pipeline")
+    check_options({"--pipeline": lambda: [pipeline_shape(p, gpu) for p in pipelines]})
     with bench_ranks(nprocs, gpu) as comm:
-        group_counts = [pipeline_value(v) for v in name_list(pipeline, "--pipeline")] if comm.size > 1 else [1]
-        _bench_spectral(comm, grid_list, transport_list, group_counts, options, graphs, peer, out)
+        _bench_spectral(comm, grid_list, transport_list, pipelines if comm.size > 1 else ["1"], options, graphs,
+                        peer, out)  # fmt: skip
 
 
 def _bench_spectral(
     comm: Any,
     grid_list: list[str],
     transport_list: list[str],
-    group_counts: list[int | tuple[int, int] | str],
+    pipelines: list[str],
     options: dict[str, Any],
     graphs: bool,
     peer: bool,
@@ -772,7 +776,7 @@ def _bench_spectral(
             f"one rank has no transposition: one case per grid, not one per transport of {','.join(transport_list)}"
         )
         transport_list = transport_list[:1]
-    cases = [(t, k) for t in transport_list for k in group_counts]
+    cases = [(t, k) for t in transport_list for k in pipelines]
     rows = []
     with progress(comm.rank == 0) as bar:
         task = bar.add_task("spectral cases", total=len(grid_list) * len(cases))
@@ -780,11 +784,11 @@ def _bench_spectral(
             octahedral = OctahedralGrid(grid)
             bar.update(task, description=f"spectral {grid}: the ducc0 peer" if peer else f"spectral {grid}")
             peer_timing = ducc0_peer(comm, octahedral, octahedral.N - 1, fields * levels + 1) if peer else None
-            for transport, groups in cases:  # ESCAPE D3.4's Figure 4: one step, each transport
-                bar.update(task, description=f"spectral {grid}, transport {transport}, pipeline {groups}")
+            for transport, shape in cases:  # ESCAPE D3.4's Figure 4: one step, each transport
+                bar.update(task, description=f"spectral {grid}, transport {transport}, pipeline {shape}")
                 rows.append(
                     benchmark_spectral(
-                        comm, grid, **options, transport=transport, graphs=gpu and graphs, pipeline=groups,
+                        comm, grid, **options, transport=transport, graphs=gpu and graphs, pipeline=shape,
                         peer=peer_timing,
                     )
                 )  # fmt: skip
@@ -797,7 +801,7 @@ def _bench_spectral(
             "fields": fields,
             "steps": options["steps"],
             "transports": transport_list,
-            "pipeline": group_counts,
+            "pipeline": pipelines,
             "gpu": gpu,
             "graphs": gpu and graphs,
             "fft_streams": options["fft_streams"],

@@ -73,34 +73,15 @@ def ranks_or_relaunch(nprocs: int) -> None:
         raise typer.Exit(relaunch_self(nprocs))
 
 
-def int_list(text: str, what: str, words: tuple[str, ...] = ()) -> list[Any]:
-    """``"8,16,32"`` as [8, 16, 32], each of ``words`` (e.g. "auto") kept as it is; a clear error for anything
-    else."""
+def int_list(text: str, what: str) -> list[int]:
+    """``"8,16,32"`` as [8, 16, 32]; a clear error for anything else."""
     try:
-        values = [s.strip() if s.strip() in words else int(s) for s in text.split(",") if s.strip()]
+        values = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        also = "".join(f" or {word!r}" for word in words)
-        raise typer.BadParameter(f"{what}: {text!r} is not a comma-separated list of integers{also}") from None
+        raise typer.BadParameter(f"{what}: {text!r} is not a comma-separated list of integers") from None
     if not values:
         raise typer.BadParameter(f"{what}: give at least one value")
     return values
-
-
-def pipeline_value(text: str, what: str = "--pipeline") -> int | tuple[int, int] | str:
-    """A pipeline as the command line writes it: "auto", a whole number of stages, or stages x groups ("8x4");
-    the dwarf checks the numbers (at least 1)."""
-    word = text.strip().lower()
-    if word == "auto":
-        return "auto"
-    try:
-        numbers = [int(part) for part in word.split("x")]
-    except ValueError:
-        numbers = []
-    if len(numbers) not in (1, 2):
-        raise typer.BadParameter(
-            f"{what} {text!r}: give auto, a whole number of stages, or stages x groups of rows (e.g. 8x4)"
-        )
-    return numbers[0] if len(numbers) == 1 else (numbers[0], numbers[1])
 
 
 def name_list(text: str, what: str) -> list[str]:

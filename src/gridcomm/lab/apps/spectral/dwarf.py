@@ -122,7 +122,7 @@ class DistributedTransform:
         xp = resolve_array_module(xp, ArgumentError)
         if graphs and xp is np:
             raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
-        auto = pipeline == "auto"
+        auto = isinstance(pipeline, str) and pipeline.strip() == "auto"
         pipeline = pipeline_shape(pipeline, graphs)
 
         self.comm = comm = Communicator.wrap(comm)
@@ -494,14 +494,19 @@ class _Timer:
 
 def pipeline_shape(pipeline: int | tuple[int, int] | str, graphs: bool) -> tuple[int, int]:
     """(stages, groups) that ``pipeline`` asks for at most (DistributedTransform): a whole number of stages at least
-    1 (one group), a pair of them, or ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap
-    the compute), else (1, 1)."""
-    if pipeline == "auto":
-        return AUTO_PIPELINE if graphs else (1, 1)
+    1 (one group), a pair of them, either as text ("8", "8x2": what the command line and the benchmarks pass), or
+    ``"auto"``: AUTO_PIPELINE with ``graphs`` (where the transpositions can overlap the compute), else (1, 1)."""
     if isinstance(pipeline, str):
-        raise ArgumentError(
-            f"pipeline={pipeline!r}: pass a whole number of stages, a pair (stages, groups of rows), or 'auto'"
-        )
+        text = pipeline.strip()
+        if text == "auto":
+            return AUTO_PIPELINE if graphs else (1, 1)
+        numbers = text.split("x")
+        if not (1 <= len(numbers) <= 2 and all(n.strip().isdigit() for n in numbers)):
+            raise ArgumentError(
+                f"pipeline={pipeline!r}: pass a whole number of stages, stages x groups of rows (a pair, or text "
+                "such as '8x4'), or 'auto'"
+            )
+        pipeline = int(numbers[0]) if len(numbers) == 1 else (int(numbers[0]), int(numbers[1]))
     if isinstance(pipeline, tuple | list) and len(pipeline) == 2:
         stages, groups = pipeline
     else:

@@ -184,7 +184,6 @@ class SpectralTransform:
         bands = _bands(depths, max_buckets(self.xp))
         self._bucket_positions = [order[start:stop] for start, stop in bands]  # on the m axis (host)
         self._pieces_made: dict[int, list[tuple[Chunk, np.ndarray]]] = {}
-        self._parts_checked: set[tuple[int, tuple[int, int]]] = set()  # (batch, part) found whole products
         self._buckets = [self._bucket(positions, x, sin_theta, weights) for positions in self._bucket_positions]
 
     def _bucket(self, positions: np.ndarray, x: np.ndarray, sin_theta: np.ndarray, weights: np.ndarray) -> Chunk:
@@ -245,8 +244,6 @@ class SpectralTransform:
         """``part`` as (first, stop) positions on the m axis, checked to be a run of whole products (None: all)."""
         if part is None:
             return 0, len(self.wavenumbers)
-        if isinstance(part, tuple) and (batch, part) in self._parts_checked:
-            return part
         parts = self.legendre_parts(batch)
         edges = {0, len(self.wavenumbers), *(first for first, _ in parts)}  # where a part may start or stop
         first, stop = (int(v) for v in part)
@@ -255,7 +252,6 @@ class SpectralTransform:
                 f"{what}: part={tuple(part)} must start and end where this transform's products do for {batch} "
                 f"fields, at positions {sorted(edges)} of its {len(self.wavenumbers)} wavenumbers (legendre_parts)"
             )
-        self._parts_checked.add((batch, (first, stop)))
         return first, stop
 
     def _operand(self, shape: str, chunk: Chunk, batch: int) -> Any:
