@@ -134,7 +134,8 @@ $py -c 'import mpi4jax; print(\"mpi4jax\", mpi4jax.__version__, \"CUDA:\", mpi4j
         # here from the carried sources if absent): the mpi transport on device memory, its suites and benches
         # (CUDA_MPI_TESTS_K: which GPU tests, pytest -k, or none; unset: the quick tests of the mpi transport on
         # device memory, about 5 s; "suite or mpi" adds the MPI suites, over 4 minutes on 4 GPUs.
-        # CUDA_MPI_BENCHES: which of p2p, alltoall, halo, halo-cpu, transpose-cpu, probe-mpi-waits)
+        # CUDA_MPI_BENCHES: which of p2p, alltoall, halo, halo-cpu, transpose-cpu, probe-mpi-waits; TRANSPOSE_ALSO:
+        # transport labels transpose-cpu times beside its variants, e.g. shm/direct_bytes=0)
         cmpi="$PWD/.whl/cuda-mpi/openmpi-4.1.4-cuda"
         stage cuda-mpi-build 500 bash benchmarks/build_cuda_mpi.sh "$cmpi"
         (
@@ -170,7 +171,8 @@ $py -c 'import ghex; print(\"ghex\", ghex.__config__)'"
           [[ $benches != *" halo-cpu "* ]] || stage cuda-mpi-halo-cpu 300 $py -m gridcomm bench halo --cpu \
             --np "${HOST_RANKS:-16}" --out "$dir/results"
           [[ $benches != *" transpose-cpu "* ]] ||
-            stage cuda-mpi-transpose-cpu 240 $py -m gridcomm bench transpose --np "${HOST_RANKS:-16}" --out "$dir/results"
+            stage cuda-mpi-transpose-cpu 240 $py -m gridcomm bench transpose --np "${HOST_RANKS:-16}" \
+              ${TRANSPOSE_ALSO:+--also "$TRANSPOSE_ALSO"} --out "$dir/results"
           [[ $benches != *" probe-mpi-waits "* ]] || stage cuda-mpi-probe-mpi-waits 200 $py -c "import sys; \
 from gridcomm.launch import run_under_mpiexec; sys.exit(run_under_mpiexec(${HOST_RANKS:-16}, [sys.executable, \
 'benchmarks/probe_mpi_waits.py', '--profile', '--out', '$dir/results']))"

@@ -221,7 +221,7 @@ def test_bench_transpose_writes_results_beside_its_peers(tmp_path):
     payload = json.loads(path.read_text())
     rows = payload["results"]
     assert [r["n"] for r in rows] == [16, 32] and all(r["bytes_total"] == r["n"] ** 3 * 8 for r in rows)
-    variants = {"mpi", "mpi p2p/datatype", "mpi neighbor/datatype", "cma"}
+    variants = {"mpi", "mpi p2p/datatype", "mpi neighbor/datatype", "cma", "shm"}
     assert all(set(r["variants"]) == variants and r["best"] in r["variants"] for r in rows)
     installed = importlib.util.find_spec("mpi4py_fft") is not None
     peers = {"pack+Alltoallv", "mpi4py-fft"} if installed else {"pack+Alltoallv"}

@@ -50,6 +50,12 @@ def test_timeout_inside_a_with_block_stays_a_timeout(mpi_checks):
     mpi_checks("checks_timeout", 2, timeout=120, checks=("check_timeout_propagates_out_of_a_with_block",))
 
 
+def test_shm_waits_for_its_receivers_before_writing_again(mpi_checks):
+    """shm: a sender whose receiver never unpacks times out in its next start(), naming it, then goes on."""
+    check = "check_shm_sender_times_out_on_a_receiver_that_never_unpacks"
+    mpi_checks("checks_timeout", 2, timeout=120, checks=(check,))
+
+
 @pytest.mark.parametrize("check", ["check_wrong_field_shape_on_one_rank", "check_scatter_bad_global_array_on_root"])
 def test_bad_input_on_one_rank_does_not_hang_the_others(mpi_checks, check):
     """Only one rank's argument is bad; the run must end (with errors everywhere) instead of hanging. A hang

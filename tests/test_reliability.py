@@ -77,7 +77,7 @@ def _gridcomm_abort(text: str, rank_waited_for: int) -> bool:
     return "timed out" in text and f"rank(s) {rank_waited_for}" in text and "aborts the job" in text
 
 
-TRANSPORTS = ["mpi", "neighbor", "cma"]
+TRANSPORTS = ["mpi", "neighbor", "cma", "shm"]
 
 
 def _reports_the_death(text: str) -> bool:
@@ -109,7 +109,7 @@ def test_killed_rank_ends_the_job(transport, launcher_cleanup, tmp_path):
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("transport", ["mpi", "cma"])
+@pytest.mark.parametrize("transport", ["mpi", "cma", "shm"])
 def test_silent_rank_ends_the_job_with_a_timeout_naming_it(transport, tmp_path):
     """Rank 3 stays alive but stops exchanging: its neighbours time out naming it, and the job is aborted."""
     rc, text, seconds = run_fault("silent", transport, tmp_path)

@@ -525,7 +525,8 @@ class BoundExchange:
         elif packer_kind == "direct":
             group.packer = DirectPacker(group.layout, self.sources, destinations=self.destinations)
         else:
-            group.packer = CopyPacker(group.layout, self.sources, self.destinations)
+            received = group.transport.receive_buffer(self.comm, group.layout.recv_nbytes)
+            group.packer = CopyPacker(group.layout, self.sources, self.destinations, received)
         group.channel = group.transport.bind(self.comm, group.packer, group.tag)
 
     def _make_lanes(self) -> list[Any]:

@@ -187,8 +187,8 @@ def check_device_memory_needs_cuda_aware_mpi(comm):
     assert gridcomm.mpilib.mpi_cuda_aware() is False, "expected the PyPI MPICH not to be CUDA-aware"
     d = _local(comm)
     for name, transport in TRANSPORT_CHOICES.items():
-        # cma reads host memory only; every MPI transport must say that this MPI is not CUDA-aware.
-        words = "host memory" if name == "cma" else "CUDA-aware"
+        # cma and shm move host memory only; every MPI transport must say that this MPI is not CUDA-aware.
+        words = "host memory" if name.startswith(("cma", "shm")) else "CUDA-aware"
         assert_raises_everywhere(
             comm, lambda t=transport: HaloExchanger(d, FakeDeviceArray(d.local_shape), t), TransportError, words
         )

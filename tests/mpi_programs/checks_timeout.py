@@ -139,3 +139,40 @@ def check_timeout_propagates_out_of_a_with_block(comm):
             problems.append(f"{name}: {p}")
         d.comm.close()
     assert_everywhere(comm, "\n".join(problems) or None)
+
+
+@ranks(only=[2])
+def check_shm_sender_times_out_on_a_receiver_that_never_unpacks(comm):
+    """shm writes into its receivers' buffers, so before a rank packs the next exchange it waits until they have
+    unpacked the last one. Rank 1 starts an exchange and stays away from its wait(): rank 0 completes that
+    exchange, and its next start() raises GridcommTimeout naming rank 1 (nothing is overwritten); once rank 1
+    has waited, both go on and every exchange is right."""
+    problems = []
+    d = CartesianDecomposition(comm, (8,), halo=1)
+    f = _field(d)
+    ex = HaloExchanger(d, f, "shm", timeout=TIMEOUT_S if comm.Get_rank() == 0 else None, on_timeout="raise")
+    if comm.Get_rank() == 0:
+        ex.exchange()  # rank 1 has started its side: its data is in
+        begun = time.perf_counter()
+        try:
+            ex.start()
+            problems.append("the next start() returned although rank 1 had not unpacked the last exchange")
+        except GridcommTimeout as exc:
+            problems += describe_timeout(exc, time.perf_counter() - begun)
+            if "have not unpacked" not in exc.operation or "halo exchange #1 " not in exc.operation:
+                problems.append(f"the timeout does not say what rank 1 has not done: {exc}")
+        except Exception as exc:
+            problems.append(f"start() raised {type(exc).__name__}: {exc}, expected GridcommTimeout")
+        finally:
+            release(comm)
+        ex.exchange()
+    else:
+        handle = ex.start()
+        await_release(comm)
+        handle.wait()
+        ex.exchange()
+    if p := _right(d, f):
+        problems.append(p)
+    ex.close()
+    d.comm.close()
+    assert_everywhere(comm, "\n".join(problems) or None)

@@ -20,14 +20,14 @@ from mpi4py import MPI
 import gridcomm
 import gridcomm.mpilib
 import gridcomm.shmem
-from gridcomm.transports import IpcTransport, MpiTransport, StagedTransport
+from gridcomm.transports import IpcTransport, MpiTransport, ShmTransport, StagedTransport
 
 # GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
 # tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
 ON_GPU = os.environ.get("GRIDCOMM_CHECK_DEVICE", "") == "gpu"
 
 # Every correctness check runs over each of these. On the host: the four configurations of the MPI
-# transport, cma, and "auto" (whatever gridcomm picks here); the property test also draws "mpi" (the name,
+# transport, cma, shm, and "auto" (whatever gridcomm picks here); the property test also draws "mpi" (the name,
 # default options). On the GPU: every GPU transport usable here (mpi only where MPI is CUDA-aware).
 HOST_TRANSPORTS: dict[str, Any] = {
     "p2p/datatype": MpiTransport(method="p2p", packing="datatype"),
@@ -35,6 +35,8 @@ HOST_TRANSPORTS: dict[str, Any] = {
     "neighbor/datatype": MpiTransport(method="neighbor", packing="datatype"),
     "neighbor/copy": MpiTransport(method="neighbor", packing="copy"),
     "cma": "cma",
+    "shm": "shm",
+    "shm/each straight in": ShmTransport(direct_bytes=0),  # every message packed into its receiver's buffer
     "auto": "auto",
 }
 # Transports that move boxes only (no unstructured row lists): the structured and transposition suites add them.

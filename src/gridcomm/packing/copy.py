@@ -141,18 +141,27 @@ class CopyPacker(BufferedMessages):
         fields: the NumPy arrays sent from, in the layout's field order.
         destinations: the arrays received into, field for field (a transposition's); None: ``fields``
             themselves (a halo exchange).
+        recv_buffer: a uint8 array of at least ``layout.recv_nbytes`` bytes to receive into, where the transport
+            needs it to be its own (``Transport.receive_buffer``: shm's lies in memory its senders share); None:
+            the packer's own.
     """
 
     copies_data = True
 
-    def __init__(self, layout: Layout, fields: Sequence[Any], destinations: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        fields: Sequence[Any],
+        destinations: Sequence[Any] | None = None,
+        recv_buffer: Any = None,
+    ) -> None:
         from mpi4py import MPI
 
         self.layout = layout
         received = fields if destinations is None else destinations
         self._arrays = (fields, received)  # the datatypes hold their addresses: keep the arrays alive
         self.send_buffer = np.empty(max(layout.send_nbytes, 1), dtype=np.uint8)
-        self.recv_buffer = np.empty(max(layout.recv_nbytes, 1), dtype=np.uint8)
+        self.recv_buffer = np.empty(max(layout.recv_nbytes, 1), dtype=np.uint8) if recv_buffer is None else recv_buffer
         # The layout's padding gaps are read from and written into scratch bytes of their own.
         packed = list(self._stream(layout.sends, layout.send_nbytes, fields))
         unpacked = list(self._stream(layout.recvs, layout.recv_nbytes, received))
@@ -164,11 +173,14 @@ class CopyPacker(BufferedMessages):
         # Everything each call takes, made once: an exchange then costs one call into MPI each way.
         self._pack_call = self._pack.call_packing(MPI.buffer(self.send_buffer[: layout.send_nbytes]))
         self._unpack_call = self._unpack.call_unpacking(MPI.buffer(self.recv_buffer[: layout.recv_nbytes]))
+        self._message_packs: list[_Struct] = []  # send_into's, one per message
+        self._message_gaps: list[np.ndarray] = []
 
-    def _stream(self, messages: Sequence[PeerMessage], total: int, arrays: Sequence[Any]) -> Iterator[_Piece | int]:
-        """One buffer of ``total`` bytes laid out as ``messages``, in byte order: each segment's piece, and the
-        size of each padding gap before it (and at the end)."""
-        at = 0
+    def _stream(
+        self, messages: Sequence[PeerMessage], total: int, arrays: Sequence[Any], at: int = 0
+    ) -> Iterator[_Piece | int]:
+        """Bytes ``at`` to ``total`` of a buffer laid out as ``messages``, in byte order: each segment's piece, and
+        the size of each padding gap before it (and at the end)."""
         for message in messages:
             for seg in message.segments:  # laid out one after the other (Layout.build)
                 if seg.nbytes:
@@ -178,8 +190,30 @@ class CopyPacker(BufferedMessages):
         yield total - at
 
     def pack(self) -> None:
-        """Gather every send selection into the send buffer: one MPI_Pack."""
+        """Gather every send selection into the send buffer: one MPI_Pack (or one per message, see send_into)."""
         self._pack_call()
+
+    def send_into(self, buffers: Sequence[Any]) -> None:
+        """From now on pack send message ``i`` straight into ``buffers[i]`` (an MPI buffer of its size, e.g. in its
+        receiver's memory: the shm transport's) instead of the send buffer: one MPI_Pack per message, a copy
+        fewer for the transport."""
+        self._message_packs, self._message_gaps = [], []
+        calls = []
+        for message, into in zip(self.layout.sends, buffers, strict=True):
+            items = list(self._stream([message], message.offset + message.nbytes, self._arrays[0], message.offset))
+            scratch = np.empty(max(sum(i for i in items if isinstance(i, int)), 1), dtype=np.uint8)
+            gaps = np.cumsum([_address(scratch), *(i for i in items if isinstance(i, int))]).tolist()
+            struct = _Struct(_fill(items, iter(gaps)))
+            self._message_packs.append(struct)
+            self._message_gaps.append(scratch)  # the padding gaps' bytes, written by the struct
+            calls.append(struct.call_packing(into))
+        self._pack.free()
+
+        def pack() -> None:
+            for call in calls:
+                call()
+
+        self._pack_call = pack
 
     def unpack(self) -> None:
         """Scatter the receive buffer into every receive selection: one MPI_Unpack."""
@@ -188,6 +222,8 @@ class CopyPacker(BufferedMessages):
     def close(self) -> None:
         self._pack.free()
         self._unpack.free()
+        for struct in self._message_packs:
+            struct.free()
         self._pack_call = self._unpack_call = _nothing
         self._arrays = ((), ())
 

@@ -15,12 +15,21 @@ from .ipc import IpcTransport
 from .mpi import MpiTransport
 from .nccl import NcclTransport
 from .nvshmem import NvshmemTransport
+from .shm import ShmTransport
 from .staged import StagedTransport
 
 #: Every transport, by name, in the order tables show them (the baselines first, then the fastest ways).
 _REGISTRY: dict[str, type[Transport]] = {
     cls.name: cls
-    for cls in (MpiTransport, CmaTransport, StagedTransport, NcclTransport, IpcTransport, NvshmemTransport)
+    for cls in (
+        MpiTransport,
+        CmaTransport,
+        ShmTransport,
+        StagedTransport,
+        NcclTransport,
+        IpcTransport,
+        NvshmemTransport,
+    )
 }
 
 log = logging.getLogger(__name__)
@@ -34,6 +43,7 @@ __all__ = [
     "MpiTransport",
     "NcclTransport",
     "NvshmemTransport",
+    "ShmTransport",
     "StagedTransport",
     "Transport",
     "auto_choice_reason",
@@ -273,4 +283,4 @@ class Mixed(Transport):
 def _preference(on_device: bool) -> list[str]:
     """Fastest first, as measured by ``gridcomm bench halo`` (docs/design.md). ``nvshmem`` is only taken when
     asked for: it starts a process-wide runtime with a symmetric heap of its own."""
-    return ["ipc", "nccl", "mpi", "staged"] if on_device else ["cma", "mpi"]
+    return ["ipc", "nccl", "mpi", "staged"] if on_device else ["cma", "shm", "mpi"]

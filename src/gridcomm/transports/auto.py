@@ -30,7 +30,7 @@ from .mpi import MpiTransport
 
 #: Transports measured against each other, by label, in order of preference where two are within TIE of each
 #: other: on the GPU the ones that need no host during an exchange (staged and CUDA-aware mpi are never faster
-#: on one node and are taken only when none of these can be); on the host cma and two of mpi's configurations.
+#: on one node and are taken only when none of these can be); on the host cma, shm and two of mpi's configurations.
 GPU_CANDIDATES: dict[str, str | Transport] = {
     "ipc": "ipc",
     "ipc/copy-engine": IpcTransport(method="copy-engine"),
@@ -38,6 +38,7 @@ GPU_CANDIDATES: dict[str, str | Transport] = {
 }
 HOST_CANDIDATES: dict[str, str | Transport] = {
     "cma": "cma",
+    "shm": "shm",
     "mpi": "mpi",
     # MPI's derived datatypes (no copies of gridcomm's), a send and a receive per peer: the fastest of gridcomm's
     # host variants on 16 ranks of a 64-core Xeon with Open MPI 4.1.4 in 12 of 15 halo cases (104 against 116 µs

@@ -120,8 +120,9 @@ class Transport(ABC):
         the fields' own memory runs ('direct', for transports that copy straight between fields)."""
 
     def receive_buffer(self, comm: Communicator, nbytes: int) -> Any:
-        """Collective: device memory for the packer to receive ``nbytes`` into (a 'copy' packer on the GPU), where
-        the transport needs it to be its own (NVSHMEM's symmetric heap); None lets the packer allocate it."""
+        """Collective: memory for a 'copy' packer to receive ``nbytes`` into, where the transport needs it to be its
+        own (on the GPU NVSHMEM's symmetric heap, on the host shm's shared memory); None lets the packer allocate
+        it."""
         return None
 
     @abstractmethod

@@ -30,13 +30,14 @@ from ...comm import Communicator
 from ...decomp import CartesianDecomposition, choose_proc_grid
 from ...errors import GridcommError
 from ...exchange import HaloExchanger
-from ...transports import CmaTransport, MpiTransport, Transport, mixes
+from ...transports import CmaTransport, MpiTransport, ShmTransport, Transport, mixes
 from ..measure.timing import time_interleaved
 from .ceilings import alone_label, mixed_over_slower_group, sync
 from .peers import GhexHalo, same_bits
 
 VARIANTS: dict[str, Transport] = {
     "cma": CmaTransport(),
+    "shm": ShmTransport(),
     "p2p/datatype": MpiTransport("p2p", "datatype"),
     "p2p/copy": MpiTransport("p2p", "copy"),
     "neighbor/datatype": MpiTransport("neighbor", "datatype"),

@@ -14,7 +14,7 @@ Every result is checked equal, bit for bit, to gridcomm's before anything is tim
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,19 +22,20 @@ import numpy as np
 from ...comm import Communicator
 from ...errors import GridcommError
 from ...slabs import slab
-from ...transports import CmaTransport, MpiTransport, Transport
+from ...transports import CmaTransport, MpiTransport, ShmTransport, Transport
 from ...transpose import Transposer
 from ..measure.timing import time_interleaved
 from .halo import host_variants
 from .peers import same_bits
 
 #: gridcomm's ways of moving the blocks: packed copies per peer, MPI's datatypes per peer or in one neighbourhood
-#: call (as mpi4py-fft's Alltoallw of subarray types), and cma's single copy.
+#: call (as mpi4py-fft's Alltoallw of subarray types), cma's single copy, and shm's copies through shared memory.
 VARIANTS: dict[str, Transport] = {
     "mpi": MpiTransport(),
     "mpi p2p/datatype": MpiTransport("p2p", "datatype"),
     "mpi neighbor/datatype": MpiTransport("neighbor", "datatype"),
     "cma": CmaTransport(),
+    "shm": ShmTransport(),
 }
 #: The hand-written peer's label.
 HAND = "pack+Alltoallv"
@@ -82,17 +83,23 @@ def peer_reasons(comm: Communicator) -> dict[str, str | None]:
 
 
 def run_transpose_case(
-    comm: Communicator, n: int, dtype: str, samples: int, peers: dict[str, str | None] | None = None
+    comm: Communicator,
+    n: int,
+    dtype: str,
+    samples: int,
+    peers: dict[str, str | None] | None = None,
+    extra: Mapping[str, Transport] | None = None,
 ) -> dict[str, Any]:
-    """Time the redistribution of an ``n``³ array of ``dtype`` by every gridcomm variant, the hand-written
-    pack + Alltoallv and every library peer that runs here (``peers``: from ``peer_reasons``), each checked equal to
-    gridcomm's first; collective. One result row: times in seconds, ratios peer / best gridcomm variant."""
+    """Time the redistribution of an ``n``³ array of ``dtype`` by every gridcomm variant (VARIANTS and ``extra``, by
+    label), the hand-written pack + Alltoallv and every library peer that runs here (``peers``: from
+    ``peer_reasons``), each checked equal to gridcomm's first; collective. One result row: times in seconds, ratios
+    peer / best gridcomm variant."""
     shape = (n, n, n)
     before, after = slab(shape, 0, comm.rank, comm.size), slab(shape, 1, comm.rank, comm.size)
     source = np.random.RandomState(comm.rank).random_sample(before.shape).astype(dtype)
     if np.dtype(dtype).kind == "c":
         source.imag = np.random.RandomState(comm.size + comm.rank).random_sample(before.shape)
-    variants = host_variants(comm, VARIANTS)  # on several nodes: mpi and cma+mpi
+    variants = host_variants(comm, {**VARIANTS, **(extra or {})})  # on several nodes: mpi and cma+mpi
     makers: dict[str, Callable[[np.ndarray], Any]] = {
         name: lambda d, t=transport: _Moved(Transposer.slabs(comm, shape, 0, 1, source, d, t))
         for name, transport in variants.items()

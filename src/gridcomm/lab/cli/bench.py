@@ -434,6 +434,10 @@ def bench_transpose(
     dtype: Annotated[str, typer.Option(help="Element type: float64 or complex128.")] = "float64",
     samples: SamplesOption = 7,
     quick: Annotated[bool, typer.Option(help="Two sizes, 3 samples: a smoke run.")] = False,
+    also: Annotated[
+        str,
+        typer.Option(help="Transport labels timed beside gridcomm's variants, comma-separated: shm/direct_bytes=0."),
+    ] = "",
     peers: PeersOption = True,
     out: OutOption = HERE,
 ) -> None:
@@ -444,11 +448,31 @@ def bench_transpose(
         raise typer.BadParameter(f"{dtype!r}: use float64 or complex128", param_hint="'--dtype'")
     size_list = [16, 32] if quick else int_list(sizes, "--sizes")
     samples = 3 if quick else samples
+    extra = _host_transports(also, "--also") if also else {}
     with bench_ranks(nprocs, gpu=False) as comm:
-        _bench_transpose(comm, size_list, dtype, samples, peers, out)
+        _bench_transpose(comm, size_list, dtype, samples, peers, out, extra)
 
 
-def _bench_transpose(comm: Any, size_list: list[int], dtype: str, samples: int, peers: bool, out: Path) -> None:
+def _host_transports(text: str, what: str) -> dict[str, Any]:
+    """Transport labels (``"shm/direct_bytes=0"``, ``"cma"``) as the configured transports, by label."""
+    from ...errors import TransportError
+    from ...transports import by_label, kind
+
+    chosen = {}
+    for label in name_list(text, what):
+        try:
+            transport = by_label(label)
+            chosen[label] = kind(transport)() if isinstance(transport, str) else transport
+        except TransportError as error:
+            raise typer.BadParameter(f"{label!r}: {error}", param_hint=f"'{what}'") from None
+        if isinstance(transport, dict):
+            raise typer.BadParameter(f"{label!r}: one transport, not a mix of two", param_hint=f"'{what}'")
+    return chosen
+
+
+def _bench_transpose(
+    comm: Any, size_list: list[int], dtype: str, samples: int, peers: bool, out: Path, extra: dict[str, Any]
+) -> None:
     from ..bench.results import bytes_text
     from ..bench.transpose import peer_reasons, run_transpose_case
     from ..measure.machine import machine_info
@@ -456,7 +480,7 @@ def _bench_transpose(comm: Any, size_list: list[int], dtype: str, samples: int, 
     reasons = peer_reasons(comm) if peers else {}
     say_peers(comm, reasons)
     rows = run_each(
-        comm, "transposition sizes", size_list, lambda n: run_transpose_case(comm, n, dtype, samples, reasons)
+        comm, "transposition sizes", size_list, lambda n: run_transpose_case(comm, n, dtype, samples, reasons, extra)
     )
     if comm.rank == 0:
         machine = machine_info(comm.size, gpus_used=0)
