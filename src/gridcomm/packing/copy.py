@@ -193,10 +193,10 @@ class CopyPacker(BufferedMessages):
         """Gather every send selection into the send buffer: one MPI_Pack (or one per message, see send_into)."""
         self._pack_call()
 
-    def send_into(self, buffers: Sequence[Any]) -> None:
+    def send_into(self, buffers: Sequence[Any], order: Sequence[int] | None = None) -> None:
         """From now on pack send message ``i`` straight into ``buffers[i]`` (an MPI buffer of its size, e.g. in its
         receiver's memory: the shm transport's) instead of the send buffer: one MPI_Pack per message, a copy
-        fewer for the transport."""
+        fewer for the transport; the messages in ``order`` (indices; None: the layout's)."""
         self._message_packs, self._message_gaps = [], []
         calls = []
         for message, into in zip(self.layout.sends, buffers, strict=True):
@@ -208,6 +208,7 @@ class CopyPacker(BufferedMessages):
             self._message_gaps.append(scratch)  # the padding gaps' bytes, written by the struct
             calls.append(struct.call_packing(into))
         self._pack.free()
+        calls = calls if order is None else [calls[i] for i in order]
 
         def pack() -> None:
             for call in calls:

@@ -172,7 +172,9 @@ class _ShmChannel(Channel):
         # scratch bytes), in send-buffer order.
         targets = [(self._mapped[m.peer].address + header + there[m.peer][0], m) for m in layout.sends]
         if layout.sends and layout.send_nbytes >= direct_bytes * len(layout.sends):
-            packer.send_into([MPI.buffer.fromaddress(a, m.nbytes) for a, m in targets])
+            # In a ring from the next rank on, so that the ranks do not all write into the same receiver at once.
+            ring = sorted(range(len(targets)), key=lambda i: (targets[i][1].peer - me) % size)
+            packer.send_into([MPI.buffer.fromaddress(a, m.nbytes) for a, m in targets], ring)
             targets = []
         blocks, at = [], 0
         ordered = sorted(targets, key=lambda target: target[1].offset)
