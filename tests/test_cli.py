@@ -223,6 +223,9 @@ def test_bench_transpose_writes_results_beside_its_peers(tmp_path):
     assert [r["n"] for r in rows] == [16, 32] and all(r["bytes_total"] == r["n"] ** 3 * 8 for r in rows)
     variants = {"mpi", "mpi p2p/datatype", "mpi neighbor/datatype", "cma", "shm"}
     assert all(set(r["variants"]) == variants and r["best"] in r["variants"] for r in rows)
+    # the ceiling beside them: every rank copying its slab once, at the same time
+    assert all(r["one_copy"]["median_s"] > 0 and r["best_over_one_copy"] > 0 for r in rows)
+    assert "ceiling" in out
     installed = importlib.util.find_spec("mpi4py_fft") is not None
     peers = {"pack+Alltoallv", "mpi4py-fft"} if installed else {"pack+Alltoallv"}
     assert all(set(r["peers"]) == peers and set(r["peers_over_best"]) == peers for r in rows)

@@ -39,6 +39,23 @@ VARIANTS: dict[str, Transport] = {
 }
 #: The hand-written peer's label.
 HAND = "pack+Alltoallv"
+#: The ceiling's label: every rank copies its slab once, all at the same time.
+ONE_COPY = "one copy"
+
+
+class OneCopy:
+    """The ceiling of a transposition on one node: each rank copies its whole slab once, contiguous to contiguous
+    (``np.copyto``), all ranks at the same time. No redistribution moves its bytes with fewer copies; where the
+    memory's rate is what the ranks share, none is faster than this by much."""
+
+    def __init__(self, source: np.ndarray) -> None:
+        self._source, self._copy = source, np.empty_like(source)
+
+    def run(self) -> None:
+        np.copyto(self._copy, self._source)
+
+    def close(self) -> None:
+        self._copy = np.empty(0)
 
 
 class PackAlltoallv:
@@ -92,8 +109,8 @@ def run_transpose_case(
 ) -> dict[str, Any]:
     """Time the redistribution of an ``n``³ array of ``dtype`` by every gridcomm variant (VARIANTS and ``extra``, by
     label), the hand-written pack + Alltoallv and every library peer that runs here (``peers``: from
-    ``peer_reasons``), each checked equal to gridcomm's first; collective. One result row: times in seconds, ratios
-    peer / best gridcomm variant."""
+    ``peer_reasons``), each checked equal to gridcomm's first, beside the one-copy ceiling (OneCopy); collective.
+    One result row: times in seconds, ratios peer / best gridcomm variant and best / ceiling."""
     shape = (n, n, n)
     before, after = slab(shape, 0, comm.rank, comm.size), slab(shape, 1, comm.rank, comm.size)
     source = np.random.RandomState(comm.rank).random_sample(before.shape).astype(dtype)
@@ -122,10 +139,14 @@ def run_transpose_case(
                     f"{name}'s redistribution of the {n}³ {dtype} array differs from gridcomm's; a figure is only "
                     "shown for the same result"
                 )
-        timings = time_interleaved(comm.mpi, {name: m.run for name, m in movers.items()}, samples=samples)
+        ceiling = OneCopy(source)
+        runs = {name: m.run for name, m in movers.items()} | {ONE_COPY: ceiling.run}
+        timings = time_interleaved(comm.mpi, runs, samples=samples)
+        ceiling.close()
     finally:
         for mover in movers.values():
             mover.close()
+    one_copy = timings.pop(ONE_COPY)
     times = {name: timings[name] for name in variants}
     best = min(times, key=lambda k: times[k].median)
     peer_times = {name: t for name, t in timings.items() if name not in variants}
@@ -141,6 +162,8 @@ def run_transpose_case(
         "best": best,
         "peers": {k: t.as_dict() for k, t in peer_times.items()},
         "peers_over_best": {k: t.median / times[best].median for k, t in peer_times.items()},
+        "one_copy": one_copy.as_dict(),
+        "best_over_one_copy": times[best].median / one_copy.median,
     }
 
 

@@ -504,10 +504,17 @@ def _bench_transpose(
                     for v in names
                 ),
                 *(f"{r['peers'][p]['median_s'] * 1e6:.1f} {r['peers_over_best'][p]:.2f}x" for p in peer_names),
+                f"{r['one_copy']['median_s'] * 1e6:.1f} (best {r['best_over_one_copy']:.2f}x)",
             ]
             for r in rows
         ]
-        columns = ["N", "per rank", *(f"gridcomm {v}" for v in names), *(f"{p}, /best" for p in peer_names)]
+        columns = [
+            "N",
+            "per rank",
+            *(f"gridcomm {v}" for v in names),
+            *(f"{p}, /best" for p in peer_names),
+            "ceiling: one copy",
+        ]
         title = f"slab redistribution of an N³ {dtype} array on {comm.size} rank(s) (µs, median; slowest rank)"
         console.print(table(title, columns, body))
         say_written(path, None)
