@@ -30,3 +30,13 @@ def test_no_shared_memory_is_a_transport_error_and_leaves_no_file(decompose, mon
         ex.exchange()
         assert not os.listdir(tmp_path)  # the receive buffer's name went once its peers (none) had mapped it
     assert f.tolist() == [10.0, 11.0, *range(12), 0.0, 1.0]
+
+
+def test_a_receive_buffer_never_bound_leaves_no_file_at_exit(decompose, monkeypatch, tmp_path):
+    monkeypatch.setattr(node_memory, "FOLDER", str(tmp_path))
+    d = decompose((12,), halo=2, periodic=True)
+    buffer = ShmTransport().receive_buffer(d.comm, 100)
+    assert buffer is not None and len(os.listdir(tmp_path)) == 1
+    shm._forget_unbound()  # what the process does at exit
+    assert not os.listdir(tmp_path)
+    shm._INBOXES.pop(buffer.ctypes.data).close()

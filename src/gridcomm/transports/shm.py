@@ -28,6 +28,7 @@ there the transport says it cannot run (use ``cma`` or ``mpi``).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import platform
 from dataclasses import dataclass
@@ -50,6 +51,14 @@ _ORDERED_STORES = ("x86_64", "amd64", "i386", "i686")
 #: Receive buffers made by ``ShmTransport.receive_buffer``, by the address of their first byte, until their
 #: channel is bound.
 _INBOXES: dict[int, NodeMemory] = {}
+
+
+@atexit.register
+def _forget_unbound() -> None:
+    """The files of receive buffers whose channel was never bound (an exchanger that failed between the two): their
+    names go with the process, not left in /dev/shm."""
+    for inbox in _INBOXES.values():
+        inbox.forget_name()
 
 
 def _header_bytes(size: int) -> int:
