@@ -123,6 +123,17 @@ def _counters(memory: NodeMemory, row: int, size: int) -> memoryview:
     return memoryview(memory.array[start : start + size * LINE]).cast("q")[:: LINE // 8]
 
 
+def _watched(counters: memoryview, peers: list[int]) -> tuple[memoryview, int]:
+    """The part of a row of ``counters`` from the first of ``peers`` to the last, and that first rank; the ranks in
+    between that are not peers set never behind. No peers: a row of one counter that is never behind."""
+    if not peers:
+        return memoryview(np.array([_NEVER], dtype=np.int64)).cast("B").cast("q"), 0
+    first, last = min(peers), max(peers)
+    for rank in set(range(first, last + 1)) - set(peers):
+        counters[rank] = _NEVER
+    return counters[first : last + 1], first
+
+
 class _ShmChannel(Channel):
     """Collective over the communicator: maps the peers' receive buffers and says where this rank's messages go."""
 
@@ -148,11 +159,12 @@ class _ShmChannel(Channel):
         header = _header_bytes(size)
         self._sources = [m.peer for m in layout.recvs]
         self._destinations = [m.peer for m in layout.sends]
-        # This rank's counters: a rank that is not a source (a destination) is never behind.
-        self._arrivals, self._acks = _counters(inbox, 0, size), _counters(inbox, 1, size)
-        for counters, peers in ((self._arrivals, self._sources), (self._acks, self._destinations)):
-            for rank in set(range(size)) - set(peers):
-                counters[rank] = _NEVER
+        # This rank's counters, from its first source (destination) to its last: a poll reads no more of the row
+        # than its peers span (a node's ranks of a large job), and a rank in between that is not one is never
+        # behind.
+        (self._arrivals, self._first_source), (self._acks, self._first_destination) = (
+            _watched(_counters(inbox, row, size), peers) for row, peers in ((0, self._sources), (1, self._destinations))
+        )
         # Where each destination receives this rank's message: (offset in its buffer, bytes).
         files = comm.mpi.allgather((inbox.path, inbox.nbytes))
         placed = {m.peer: (m.offset, m.nbytes) for m in layout.recvs}
@@ -245,11 +257,11 @@ class _ShmChannel(Channel):
         return min(self._acks) >= self._epoch
 
     def _silent_senders(self, elapsed: float) -> GridcommTimeout:
-        late = [p for p in self._sources if self._arrivals[p] < self._epoch]
+        late = [p for p in self._sources if self._arrivals[p - self._first_source] < self._epoch]
         return GridcommTimeout(self._operation, self._comm.rank, late, elapsed)
 
     def _late_receivers(self, elapsed: float) -> GridcommTimeout:
-        late = [p for p in self._destinations if self._acks[p] < self._epoch]
+        late = [p for p in self._destinations if self._acks[p - self._first_destination] < self._epoch]
         operation = f"the exchange after {self._operation}, whose data its receivers have not unpacked yet,"
         return GridcommTimeout(operation, self._comm.rank, late, elapsed)
 
