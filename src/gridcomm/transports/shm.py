@@ -184,8 +184,8 @@ class _ShmChannel(Channel):
                 )
         raise_if_any(comm.mpi, problem, GridcommError, before=self.close)
         inbox.forget_name()  # every peer has mapped it: the memory goes with the last process that maps it
-        # Counters this rank writes: its arrival in each destination's row 1, its acknowledgement in each source's
-        # row 2.
+        # Counters this rank writes: its arrival in each destination's arrivals, its acknowledgement in each
+        # source's acknowledgements.
         self._arrived_flags = [_counters(self._mapped[p], 0, size)[me : me + 1] for p in self._destinations]
         self._ack_flags = [_counters(self._mapped[p], 1, size)[me : me + 1] for p in self._sources]
         # Where each send message goes: straight from the fields by the pack (large messages), or from the send
