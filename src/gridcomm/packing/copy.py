@@ -165,9 +165,7 @@ class CopyPacker(BufferedMessages):
         # The layout's padding gaps are read from and written into scratch bytes of their own.
         packed = list(self._stream(layout.sends, layout.send_nbytes, fields))
         unpacked = list(self._stream(layout.recvs, layout.recv_nbytes, received))
-        gaps = [item for item in packed + unpacked if isinstance(item, int)]
-        self._scratch = np.empty(max(sum(gaps), 1), dtype=np.uint8)
-        spare = iter(np.cumsum([_address(self._scratch), *gaps]).tolist())
+        self._scratch, spare = _scratch_for(packed + unpacked)
         self._pack = _Struct(_fill(packed, spare))
         self._unpack = _Struct(_fill(unpacked, spare))
         # Everything each call takes, made once: an exchange then costs one call into MPI each way.
@@ -201,9 +199,8 @@ class CopyPacker(BufferedMessages):
         calls = []
         for message, into in zip(self.layout.sends, buffers, strict=True):
             items = list(self._stream([message], message.offset + message.nbytes, self._arrays[0], message.offset))
-            scratch = np.empty(max(sum(i for i in items if isinstance(i, int)), 1), dtype=np.uint8)
-            gaps = np.cumsum([_address(scratch), *(i for i in items if isinstance(i, int))]).tolist()
-            struct = _Struct(_fill(items, iter(gaps)))
+            scratch, spare = _scratch_for(items)
+            struct = _Struct(_fill(items, spare))
             self._message_packs.append(struct)
             self._message_gaps.append(scratch)  # the padding gaps' bytes, written by the struct
             calls.append(struct.call_packing(into))
@@ -357,6 +354,14 @@ def _cut(pieces: list[list[_Piece]], ends: list[int], cuts: list[int]) -> list[l
 
 def _nothing() -> None:
     pass
+
+
+def _scratch_for(items: Sequence[_Piece | int]) -> tuple[np.ndarray, Iterator[int]]:
+    """Scratch bytes for every padding gap of ``items`` (the gap sizes among the pieces), and the address of each
+    gap's bytes in turn, for ``_fill``."""
+    gaps = [item for item in items if isinstance(item, int)]
+    scratch = np.empty(max(sum(gaps), 1), dtype=np.uint8)
+    return scratch, iter(np.cumsum([_address(scratch), *gaps]).tolist())
 
 
 def _fill(items: Sequence[_Piece | int], spare: Iterator[int]) -> list[_Piece]:
