@@ -107,6 +107,14 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_persistent.p
         stage probe-spectral-overlap 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
 sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/probe_spectral_overlap.py', '--out', '$dir/results']))"
         ;;
+      probe-spectral-timeline)  # when each stream of the pipelined spectral transform runs what, TCo639 on every
+        # GPU, a few variants (PROBE_VARIANTS: TRANSPORT:PIPELINE[:OPTION=VALUE...],...; PROBE_ARGS: more options, e.g.
+        # --profile 30; benchmarks/probe_spectral_timeline.py)
+        stage probe-spectral-timeline "${SPECTRAL_SECONDS:-300}" $py -c "import sys; from gridcomm.launch import \
+run_under_mpiexec; sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/probe_spectral_timeline.py', \
+'--out', '$dir/results'] + (['--variants', '${PROBE_VARIANTS:-}'] if '${PROBE_VARIANTS:-}' else []) \
++ '${PROBE_ARGS:-}'.split()))"
+        ;;
       probe-mpi-waits)  # a small host transposition completed by one blocking MPI call, by MPI's wait, by gridcomm's
         # poll and by a spin, HOST_RANKS ranks (default 16) on the host CPU (benchmarks/probe_mpi_waits.py)
         stage probe-mpi-waits 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \

@@ -96,37 +96,61 @@ def check_pipelined_transform_equals_one_transposition(comm):
     (``row_groups``: rows that need not follow one another), each (stage, group) moved by a transposition of its
     own, give bit for bit what one transposition of everything gives: on the host the phases one after the other;
     on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, the transpositions overlapping the products and the
-    FFTs and without the overlap, over the transports a CUDA graph replays (ipc kernel and copy engines, nccl)."""
+    FFTs and without the overlap, with the transpositions of some groups held until every stage is done
+    (``eager``), over the transports a CUDA graph replays (ipc kernel and copy engines, nccl). On the GPU the
+    overlapped run's timeline holds a span per stage, group and transposition, none ending before it starts."""
     from gridcomm.arrays import to_host
     from gridcomm.transports import by_label
 
+    held = {"to rows": 1, "to waves": 0}  # the inverse's second group waits; the direct's every stage
     if ON_GPU:
         import cupy as xp
 
         transports = ("ipc", "ipc/copy-engine", "nccl")
-        cases = (((1, 1), True), ((3, 1), True), ((1, 3), True), ((3, 2), True), ((3, 2), False))  # all with graphs
+        cases = (((1, 1), True, {}), ((3, 1), True, {}), ((1, 3), True, {}), ((3, 2), True, {}), ((3, 2), False, {}),
+                 ((3, 2), True, held))  # all with graphs  # fmt: skip
     else:
-        xp, transports, cases = np, ("auto", "mpi"), (((1, 1), False), ((3, 1), False), ((3, 2), False))
+        xp, transports = np, ("auto", "mpi")
+        cases = (((1, 1), False, {}), ((3, 1), False, {}), ((3, 2), False, {}))
     problems = []
     with Communicator(comm) as gc:
         t, batch = 47, 5
         a = xp.asarray(random_coefficients(t, wavenumber_sets(t, gc.size)[gc.rank], batch))
         for label in transports:
             results = {}
-            for shape, overlap in cases:
+            for k, (shape, overlap, eager) in enumerate(cases):
                 options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": shape}
                 with DistributedTransform(gc, "O48", **options, transport=by_label(label)) as dist:
-                    dist.overlap = overlap
+                    dist.overlap, dist.eager = overlap, eager
                     if dist.pipeline_shape != shape:
                         problems.append(f"{label}: pipeline={shape} gave {dist.pipeline_shape}")
                     for _ in range(3):  # with graphs the first call captures them; the others replay them
                         values = xp.asarray(dist.inverse(a)).copy()
                         back = xp.asarray(dist.direct(values)).copy()
-                    results[(shape, overlap)] = [to_host(values), to_host(back)]
-            want = results[cases[0]]
-            for key, got in results.items():
-                for what, x, y in zip(("inverse", "direct"), got, want, strict=True):
+                    results[k] = [to_host(values), to_host(back)]
+                    if ON_GPU and overlap and shape == (3, 2) and not eager:
+                        problems += timeline_problems(dist, a, label)
+            for k, got in results.items():
+                for what, x, y in zip(("inverse", "direct"), got, results[0], strict=True):
                     if not np.array_equal(x, y):
                         error = float(np.max(np.abs(x - y))) / float(np.max(np.abs(y)))
-                        problems.append(f"{label}, pipeline {key[0]}, overlap={key[1]}: {what} differs ({error:.1e})")
+                        problems.append(f"{label}, case {cases[k]}: {what} differs ({error:.1e})")
     assert_everywhere(comm, "\n".join(problems) or None)
+
+
+def timeline_problems(dist, a, label):
+    """What is wrong with the timeline of one inverse of ``dist`` (3 stages x 2 groups, overlapped): a span per
+    Legendre stage, transposition and FFT group, on its stream, none ending before it starts."""
+    dist.timeline = []
+    dist.inverse(a)
+    spans, dist.timeline = dist.timeline_ms(), None
+    want = {f"legendre {c}" for c in range(3)} | {f"fft {g}" for g in range(2)}
+    want |= {f"to rows ({c}, {g})" for c in range(3) for g in range(2)}
+    problems = []
+    if sorted(s["label"] for s in spans) != sorted(want):
+        problems.append(f"{label}: timeline spans {sorted(s['label'] for s in spans)}, expected {sorted(want)}")
+    if any(s["end_ms"] < s["start_ms"] for s in spans):
+        problems.append(f"{label}: a timeline span ends before it starts")
+    if any((s["stream"] == "transposition") != s["label"].startswith("to rows") for s in spans):
+        problems.append(f"{label}: a timeline span on the wrong stream")
+    return problems

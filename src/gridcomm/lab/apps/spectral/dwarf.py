@@ -30,7 +30,7 @@ import contextlib
 import functools
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,11 +51,14 @@ from .transform import ProductClock, SpectralTransform, check_truncation, coeffi
 
 PHASES = ("legendre", "fft", "transposition")
 #: Thread blocks of ipc's transposition kernel in a pipelined transform with graphs, where ``"ipc"`` is named or
-#: picked by ``"auto"``: its default, 6 per SM, holds every SM while its blocks wait for the peers and copy, and the
-#: products it should hide behind wait for it. On 2 x H200 (TCo639, 4 stages, ms per step; one run each,
-#: spectral-gpu-2r-20261127T105408Z and the call after it): 64 blocks 35.2, 132 32.4, 264 31.2, 792 31.6;
-#: not pipelined 33.1.
-PIPELINE_IPC_BLOCKS = 264
+#: picked by ``"auto"``, by the number of ranks (more than the largest listed: the last): its default, 6 per SM,
+#: holds every SM while its blocks wait for the peers and copy, and the products it should hide behind wait for it.
+#: On 2 x H200 (TCo639, 4 stages, ms per step; one run each, spectral-gpu-2r-20261127T105408Z and the call after
+#: it): 64 blocks 35.2, 132 32.4, 264 31.2, 792 31.6; not pipelined 33.1. On 4 x H200 (8 x 2, the host running
+#: ahead; spectral-gpu-4r-20261127T154827Z and ...T154855Z, one call): 132 blocks 16.41 and 16.46, 198 16.53 and
+#: 16.93, 264 16.79 and 16.66; in the timeline probe of the call before (probe-spectral-timeline-gpu-4r-...T154654Z)
+#: 66 17.73, 132 16.49, 264 16.78, 528 17.86.
+PIPELINE_IPC_BLOCKS = {2: 264, 4: 132}
 #: The pipeline of ``pipeline="auto"``: (stages of wavenumbers at most, groups of rows at most), where the
 #: transpositions can overlap the Legendre products and the FFTs: every batched product its own stage where a rank
 #: has no more (8 per rank for TCo639 on 2 or 4 GPUs: MAX_BUCKETS_GPU), and 2 groups of rows. TCo639 on 4 x H200
@@ -82,7 +85,7 @@ class DistributedTransform:
             latitude rows into at most ``groups`` groups (``distribution.row_groups``: as many rows as points would
             say in each), as many of each on every rank; each (stage, group) is moved by a transposition of its
             own. With ``graphs`` the transpositions run on a stream of their own (the highest priority; ipc's
-            kernel there, named or picked by ``"auto"``, runs on PIPELINE_IPC_BLOCKS blocks): in the inverse each
+            kernel there, named or picked by ``"auto"``, runs on ``pipeline_ipc_blocks`` blocks): in the inverse each
             stage's transpositions run while the next stage's products do, and the last stage's, group by group,
             while the FFTs of the groups already moved; in the direct each group's transpositions run while the
             next group's FFTs do, and the last group's, stage by stage, while the products of the stages already
@@ -90,15 +93,20 @@ class DistributedTransform:
             the first transposition starts early, and in the direct the longest, so that the last products to wait
             for their transposition are the cheapest. The products and the row FFTs are the unpipelined
             transform's own, run in another order: the result is the same, bit for bit. Needs a transport a CUDA
-            graph can replay (ipc, nccl). Without graphs, or with ``overlap`` False, the phases run one after the
-            other, each timed (what a benchmark compares the overlap with). ``"auto"`` (the default):
+            graph can replay (ipc, nccl). Overlapped (pipelined, or on one rank, with graphs), a transform only queues
+            its work on the device: the host goes on (to the next transform, say) while the device works, and the
+            caller's stream waits for what it returns. Without graphs, or with ``overlap`` False, the phases run
+            one after the other, each timed (what a benchmark compares the overlap with). ``"auto"`` (the default):
             AUTO_PIPELINE with graphs on several ranks where the transport picked is one a CUDA graph replays,
             else (1, 1) (one transposition of everything).
+        group_shares: the groups of rows' relative sizes, one per group asked (default: as even as they allow;
+            ``distribution.row_groups``), e.g. (1, 4, 1): the FFTs of the direct's first group and of the inverse's
+            last run beside no transposition, so small groups there leave less of the step unhidden.
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
-    ``products`` (a ProductClock) the part of the Legendre phase spent in its matrix products, and
-    ``overlapped_seconds`` the time of the transforms whose phases overlapped.
+    ``products`` (a ProductClock) the part of the Legendre phase spent in its matrix products (of the transforms
+    whose phases did not overlap).
     With graphs, or pipelined, the arrays returned are the transform's own: the next ``inverse`` or ``direct``
     may overwrite them, so copy what must be kept. Handing them back as they are (``direct(inverse(a))``, or
     values updated in place) costs no copy with graphs.
@@ -116,6 +124,7 @@ class DistributedTransform:
         graphs: bool = False,
         fft_streams: int | None = None,
         pipeline: int | tuple[int, int] | str = "auto",
+        group_shares: Sequence[float] | None = None,
     ) -> None:
         batch = whole_number(batch, "batch", least=1)
         graphs = flag(graphs, "graphs")
@@ -124,6 +133,11 @@ class DistributedTransform:
             raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
         auto = isinstance(pipeline, str) and pipeline.strip() == "auto"
         pipeline = pipeline_shape(pipeline, graphs)
+        if group_shares is not None and len(group_shares) != pipeline[1]:
+            raise ArgumentError(
+                f"group_shares={tuple(group_shares)}: give one share per group of rows ({pipeline[1]} asked)"
+            )
+        self.group_shares = group_shares
 
         self.comm = comm = Communicator.wrap(comm)
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
@@ -144,7 +158,11 @@ class DistributedTransform:
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
         self.m_order = m_order
         self.overlap = True
-        self.overlapped_seconds = 0.0
+        #: A list to record what each stream runs when (``timeline_ms``), or None (the default: nothing recorded).
+        self.timeline: list[tuple[str, str, Any, Any]] | None = None
+        #: Per transposition ("to rows", "to waves"): how many units of the last phase have their transpositions
+        #: run as soon as each unit of the first phase is done (default all; ``_phases``).
+        self.eager: dict[str, int] = {}
         self._to_rows: dict[tuple[int, int], Any] = {}  # (stage, group) -> Transposer
         self._to_waves: dict[tuple[int, int], Any] = {}
         self._closed = False
@@ -166,6 +184,8 @@ class DistributedTransform:
             # of coefficients per rank and step).
             self._coefficients = xp.zeros((batch, self.transform.ncoef), dtype=np.complex128)
             self._values = xp.zeros((batch, self.transform.points), dtype=np.float64)
+            # Where the caller's stream and the transform's meet (inverse and direct: no host synchronisation).
+            self._handover = [xp.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
             if self.pipeline > 1:
                 # The stream the transpositions run on, and the events ordering the two streams. The highest
                 # priority: a transposition's blocks start as soon as SMs free up, not after the compute's.
@@ -206,7 +226,8 @@ class DistributedTransform:
         # Every rank's products cut into as many stages, and its rows into as many groups, on every rank.
         everyone = comm.mpi.allgather(self.transform.legendre_parts(batch))
         staged = [_merged(parts, max(1, min(pipeline[0], *(len(p) for p in everyone)))) for parts in everyone]
-        cut = [row_groups(band, grid.nlon, pipeline[1]) for band in bands]
+        shares = self.group_shares if self.group_shares is not None and len(self.group_shares) == pipeline[1] else None
+        cut = [row_groups(band, grid.nlon, pipeline[1], shares) for band in bands]
         count = min(len(c) for c in cut)
         cut = cut if all(len(c) == count for c in cut) else [row_groups(band, grid.nlon, count) for band in bands]
         self.stages, self.groups = staged[comm.rank], cut[comm.rank]
@@ -225,7 +246,7 @@ class DistributedTransform:
             self._group_transforms = self._fourier_groups()
         overlapped = self.graphs and len(self.stages) * count > 1  # ipc's kernel must leave the compute its SMs
         if overlapped and transport == "ipc":
-            transport = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
+            transport = IpcTransport(blocks=pipeline_ipc_blocks(comm.size))
         m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
         moves = {}
         for c, layout in enumerate(self.layouts):
@@ -247,7 +268,7 @@ class DistributedTransform:
         rows, to waves). The later ones take what the first pair picked each way (``"auto"`` measures once, and
         every rank picks the same). With ``hold_ipc``, a way where ``"auto"`` picked ipc's kernel on as many
         blocks as it likes (measured on one transposition alone, where every SM is its own) is made again on
-        PIPELINE_IPC_BLOCKS blocks, as where ``"ipc"`` is named. With ``need_graphs``, where a way's transport is
+        ``pipeline_ipc_blocks`` blocks, as where ``"ipc"`` is named. With ``need_graphs``, where a way's transport is
         one a CUDA graph does not replay, every one made is closed and False returned."""
         from ....transpose import Transposer
 
@@ -261,7 +282,7 @@ class DistributedTransform:
                         return False
                     if hold_ipc and any(_unheld_ipc_kernel(way) for way in picked):
                         self._close_transposers()
-                        held = IpcTransport(blocks=PIPELINE_IPC_BLOCKS)
+                        held = IpcTransport(blocks=pipeline_ipc_blocks(self.comm.size))
                         return self._make_transposers(
                             moves, tuple(held if _unheld_ipc_kernel(w) else w for w in picked)
                         )
@@ -339,8 +360,15 @@ class DistributedTransform:
         self._run(f"fft direct {g}", lambda: half.fourier_direct(values, self.m_order, out=fourier))
 
     def _overlapped(self) -> bool:
-        """Whether the transpositions run on their own stream beside the compute."""
-        return self.graphs and self.overlap and self.pipeline > 1
+        """Whether the phases are queued without the host waiting for any: with graphs and ``overlap``, pipelined
+        (the transpositions on their own stream beside the compute) or on one rank (none)."""
+        return self.graphs and self.overlap and (self.pipeline > 1 or not self._to_rows)
+
+    @property
+    def runs_ahead(self) -> bool:
+        """Whether, with ``overlap``, a transform only queues its work on the device (``_overlapped``); with
+        ``overlap`` False its phases still run one after the other, each timed."""
+        return self.graphs and (self.pipeline > 1 or not self._to_rows)
 
     def inverse(self, coefficients: Any) -> Any:
         """This rank's coefficients (batch, ncoef) -> its grid values (batch, points)."""
@@ -379,42 +407,91 @@ class DistributedTransform:
         """A transform's three phases: ``first`` (compute, phase name, its units: stages or groups), the
         transpositions (name, transposers by (stage, group), the key of (unit of first, unit of last)), ``last``
         (compute, name, its units). Overlapped (graphs, ``overlap``, pipelined): the transpositions of each unit of
-        ``first`` run on ``transposition_stream`` once it is done, beside the next unit of ``first``; each unit of
-        ``last`` waits for its last transposition, beside the transpositions still to come. Otherwise the phases
-        run one after another, each unit timed."""
+        ``first`` run on ``transposition_stream`` once it is done, beside the next unit of ``first`` (those of the
+        units of ``last`` past the first ``eager[name]`` wait until every unit of ``first`` is done, then go unit
+        of ``last`` by unit of ``last``); each unit of ``last`` waits for its last transposition, beside the
+        transpositions still to come. Otherwise the phases run one after another, each unit timed."""
         (compute, phase, units), (name, transposers, key), (finish, end_phase, ends) = first, moves, last
+        trace = self._traced
         if not self._overlapped():
             for u in units:
-                with self._timed(phase):
+                with self._timed(phase), trace(f"{phase} {u}"):
                     compute(u)
             for u in units:
                 for e in ends if transposers else ():
-                    with self._timed("transposition"):
+                    with self._timed("transposition"), trace(f"{name} {key(u, e)}", lane="transposition"):
                         self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)])
             for e in ends:
-                with self._timed(end_phase):
+                with self._timed(end_phase), trace(f"{end_phase} {e}"):
                     finish(e)
             return
-        lane, stream = self.transposition_stream, self.stream
-        _synchronize(self.xp)
-        start = time.perf_counter()
-        for u in units:
-            compute(u)
-            self._computed[u].record(stream)
-            lane.wait_event(self._computed[u])
-            for e in ends:
+        lane, stream = getattr(self, "transposition_stream", None), self.stream
+        eager = set(list(ends)[: self.eager.get(name, len(ends))])
+
+        def move(u: int, e: int) -> None:
+            with trace(f"{name} {key(u, e)}", lane, "transposition"):
                 self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)], lane)
-                self._moved[e].record(lane)  # after the last unit of ``first``: all of e's transpositions done
+            self._moved[e].record(lane)  # after its last unit of ``first``: all of e's transpositions done
+
+        # Nothing here waits on the host: a unit of ``first`` whose launches the host issues one by one (the
+        # Legendre stages) then runs while the device is still busy with what came before, at the device's pace.
+        for u in units:
+            with trace(f"{phase} {u}"):
+                compute(u)
+            if transposers:
+                self._computed[u].record(stream)
+                lane.wait_event(self._computed[u])
+                for e in ends:
+                    if e in eager:
+                        move(u, e)
         for e in ends:
-            stream.wait_event(self._moved[e])
-            finish(e)
-        _synchronize(self.xp)
-        self.overlapped_seconds += time.perf_counter() - start
+            for u in units if transposers and e not in eager else ():
+                move(u, e)
+        for e in ends:
+            if transposers:
+                stream.wait_event(self._moved[e])
+            with trace(f"{end_phase} {e}"):
+                finish(e)
+
+    def _traced(self, label: str, stream: Any = None, lane: str = "compute") -> Any:
+        """Where ``timeline`` is a list: a context recording CUDA events on ``stream`` (default: the current one)
+        before and after what it holds, kept in ``timeline`` as (label, ``lane``, start, end) for
+        ``timeline_ms``; else nothing."""
+        if self.timeline is None or self.xp is np:
+            return contextlib.nullcontext()
+        return _Traced(self, label, stream, lane)
+
+    def timeline_ms(self) -> list[dict[str, Any]]:
+        """What ``timeline`` recorded (after the device is done with it): per span its label, its stream
+        ("compute" or "transposition") and its start and end [ms] from the earliest start; ``timeline`` emptied."""
+        spans, self.timeline = self.timeline or [], []
+        if not spans:
+            return []
+        spans[-1][3].synchronize()
+        origin = min(spans, key=lambda s: self.xp.cuda.get_elapsed_time(spans[0][2], s[2]))[2]
+        elapsed = self.xp.cuda.get_elapsed_time
+        return [
+            {"label": label, "stream": lane, "start_ms": elapsed(origin, a), "end_ms": elapsed(origin, b)}
+            for label, lane, a, b in spans
+        ]
 
     # -- CUDA graphs --------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
     def _on_stream(self) -> Any:
-        return self.stream if self.graphs else contextlib.nullcontext()
+        """With graphs: the transform's own stream made current, after the work the caller's stream queued (the
+        arrays it hands in), and the caller's stream then made to wait for what the transform queued (the arrays
+        it hands out), all on the device."""
+        if not self.graphs:
+            yield
+            return
+        caller, (given, done) = self.xp.cuda.get_current_stream(), self._handover
+        given.record(caller)
+        self.stream.wait_event(given)
+        with self.stream:
+            yield
+        done.record(self.stream)
+        caller.wait_event(done)
 
     @staticmethod
     def _fixed(buffer: Any, given: Any) -> Any:
@@ -490,6 +567,29 @@ class _Timer:
     def __exit__(self, *exc: object) -> None:
         _synchronize(self.owner.xp)
         self.owner.seconds[self.phase] += time.perf_counter() - self.start
+
+
+class _Traced:
+    """Events around a span of work on a stream (DistributedTransform._traced)."""
+
+    def __init__(self, owner: DistributedTransform, label: str, stream: Any, lane: str) -> None:
+        self.owner, self.label, self.stream, self.lane = owner, label, stream, lane
+
+    def __enter__(self) -> None:
+        xp = self.owner.xp
+        self.events = (xp.cuda.Event(), xp.cuda.Event())
+        self.events[0].record(self.stream)
+
+    def __exit__(self, *exc: object) -> None:
+        self.events[1].record(self.stream)
+        self.owner.timeline.append((self.label, self.lane, *self.events))
+
+
+def pipeline_ipc_blocks(ranks: int) -> int:
+    """Thread blocks of ipc's transposition kernel in a pipelined transform on ``ranks`` ranks (PIPELINE_IPC_BLOCKS:
+    that of the largest count listed up to ``ranks``, or of the smallest)."""
+    counts = sorted(PIPELINE_IPC_BLOCKS)
+    return PIPELINE_IPC_BLOCKS[max((c for c in counts if c <= ranks), default=counts[0])]
 
 
 def pipeline_shape(pipeline: int | tuple[int, int] | str, graphs: bool) -> tuple[int, int]:
@@ -578,9 +678,10 @@ def run_spectral(
     current GPU (CuPy; call ``gridcomm.gpu.use_local_gpu`` first): the coefficients are drawn on the host, moved
     there once, and the error is measured back on the host; ``graphs`` (default: with ``gpu``) replays each
     phase as a CUDA graph, and ``fft_streams`` spreads the row FFTs over that many streams
-    (DistributedTransform). Pipelined (``pipeline``: stages, or (stages, groups); with graphs) the steps are timed
-    twice: the phases one after another (the split), then with the transpositions overlapping the compute (the time
-    per step).
+    (DistributedTransform). Where a transform runs ahead of the host (``DistributedTransform.runs_ahead``: with
+    graphs, pipelined or on one rank) the steps are timed twice: the phases one after another, each timed (the
+    split), then queued without the host waiting for the device, the transpositions overlapping the compute (the
+    time per step).
 
     Returns, on every rank: the round-trip error (largest |a - direct(inverse(a))| over largest |a|, all ranks),
     the time per step of the slowest rank [s], its split per phase (``split_s``: legendre, fft, transposition;
@@ -603,19 +704,20 @@ def run_spectral(
         comm = dist.comm
         host = random_coefficients(dist.truncation, dist.wavenumbers, batch)
         a = xp.asarray(host)
-        pipelined = dist.pipeline > 1 and dist.graphs  # the transpositions can overlap the compute
+        pipelined = dist.runs_ahead  # the phases can be queued without the host waiting, and overlap
         for overlap in (True, False) if pipelined else (True,):
             dist.overlap = overlap  # warm-up steps: caches, first touch of work arrays, connections, FFT plans
             dist.direct(dist.inverse(a))
 
         def timed_steps(count: int, done: int = 0) -> tuple[float, Any]:
-            """Seconds of ``count`` steps (each ends synchronised with the device) and the last step's result."""
+            """Seconds of ``count`` steps (the last ends synchronised with the device) and the last step's result."""
             comm.mpi.Barrier()
             start, back = time.perf_counter(), None
             for step in range(count):
                 back = dist.direct(dist.inverse(a))
                 if progress is not None:
                     progress(done + step + 1, (2 if pipelined else 1) * steps)
+            _synchronize(xp)  # the caller's stream: it waits for the transform's (DistributedTransform._on_stream)
             return time.perf_counter() - start, back
 
         dist.seconds = dict.fromkeys(PHASES, 0.0)
@@ -649,7 +751,7 @@ def run_spectral(
             "legendre_products_s": mpi.allreduce(products, op=MPI.MAX) / steps,
             "pipeline": dist.pipeline,
             "pipeline_shape": list(dist.pipeline_shape),  # (stages of wavenumbers, groups of rows)
-            # Pipelined: the same steps with the stages one phase after the other (where the split comes from).
+            # Run ahead: the same steps with the phases one after the other (where the split comes from).
             "sequential_step_s": mpi.allreduce(sequential, op=MPI.MAX) / steps if pipelined else None,
         }
         # The transposition time left over once the compute is done: the step beyond Legendre and FFT together.
@@ -660,9 +762,10 @@ def run_spectral(
         if not gpu:
             return {**timed, "joules_per_step": None, "energy": Energy(None, 0.0, 0, GPUS_ONLY).as_dict()}
 
-        def run_steps(count: int) -> None:  # each step ends synchronised with the device (_Timer)
+        def run_steps(count: int) -> None:  # the last step ends synchronised with the device
             for _ in range(count):
                 dist.direct(dist.inverse(a))
+            _synchronize(xp)
 
         # Energy over steps of their own, at least ENERGY_REGION_S of them: NVML's counter moves every few tens
         # of ms, so the few steps timed above (13 ms each at O640, batch 31) would read as nothing or a jump.
