@@ -1,11 +1,10 @@
 """When each stream of the pipelined spectral transform runs what: TCo639 (by default) on every rank, one rank per
 GPU, CUDA events around every Legendre stage, FFT group and transposition of the last timed step, for
 a few variants side by side in one run. A variant is ``TRANSPORT:PIPELINE[:OPTION=VALUE...]``, e.g. ``ipc:8x2``,
-``ipc/blocks=132:8x2`` or ``ipc/copy-engine:8x2:eager=1``. Options: ``eager``, how many groups of rows have the
-inverse's transpositions run as soon as each Legendre stage is done, the others waiting until the last stage is
-(``DistributedTransform.eager``; default all); ``priority``, the transpositions' stream at the ``highest`` priority
-(the default) or the ``lowest`` (CUDA's default, that of the compute stream); ``shares``, the groups of rows'
-relative sizes (``1/4/1``: DistributedTransform's ``group_shares``).
+``ipc/blocks=264:8x2`` or ``ipc:8x2:priority=lowest``. Option: ``priority``, the transpositions' stream at the
+``highest`` priority (the default) or the ``lowest`` (CUDA's default, that of the compute stream). (Until
+2026-11-27 16:00 UTC, ``eager`` and ``shares`` held transpositions back and sized the groups of rows unevenly; the
+results files of then record them.)
 
     python -c "import sys; from gridcomm.launch import run_under_mpiexec; \\
         sys.exit(run_under_mpiexec(4, [sys.executable, 'benchmarks/probe_spectral_timeline.py', '--out', 'DIR']))"
@@ -38,7 +37,7 @@ from gridcomm.lab.bench.results import machine_title, write_results
 from gridcomm.lab.measure.machine import machine_info
 from gridcomm.transports import by_label
 
-VARIANTS = "ipc:8x2,ipc:8x3,ipc:8x3:shares=1/4/1,ipc:8x3:shares=1/2/1,ipc:8x4:shares=1/3/3/1,nccl:8x2"
+VARIANTS = "ipc:8x2,ipc/blocks=264:8x2,ipc/copy-engine:8x2,nccl:8x2"
 COLOURS = {"legendre": "tab:blue", "fft": "tab:green", "to rows": "tab:orange", "to waves": "tab:red"}
 
 
@@ -75,11 +74,7 @@ def run_variant(comm: Communicator, variant: str, args: argparse.Namespace) -> d
     extra = dict(option.split("=", 1) for option in rest)
     batch = args.fields * args.levels + 1
     options = {"batch": batch, "xp": cupy, "graphs": True, "transport": by_label(transport), "pipeline": pipeline}
-    if "shares" in extra:
-        options["group_shares"] = [float(share) for share in extra["shares"].split("/")]
     with DistributedTransform(comm, args.grid, **options) as dist:
-        if "eager" in extra:
-            dist.eager = {"to rows": int(extra["eager"])}
         if extra.get("priority", "highest") != "highest":  # before the first transform: the graphs replay on it
             dist.transposition_stream = cupy.cuda.Stream(non_blocking=True)
         a = cupy.asarray(random_coefficients(dist.truncation, dist.wavenumbers, batch))

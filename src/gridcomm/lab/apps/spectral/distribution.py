@@ -14,7 +14,6 @@ to within one pair.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -96,24 +95,20 @@ def legendre_cost(truncation: int, ms: np.ndarray) -> int:
     return int(np.sum(truncation - np.asarray(ms, dtype=np.int64) + 1))
 
 
-def row_groups(
-    rows: np.ndarray, points_per_row: np.ndarray, groups: int, shares: Sequence[float] | None = None
-) -> list[np.ndarray]:
+def row_groups(rows: np.ndarray, points_per_row: np.ndarray, groups: int) -> list[np.ndarray]:
     """A rank's ``rows`` cut into at most ``groups`` groups that the pipelined dwarf transposes apart, each group
     holding as many rows as points would say: a group's transposition moves every wavenumber of its rows (bytes
     in proportion to its rows) while its FFTs cost in proportion to its points, and the transposition of one
     group hides behind the FFTs of another only where both keep one ratio. So a row and its mirror in the other
     hemisphere (as long) stay together, and the shortest of these pairs go with the longest (on the octahedral
     grid every such quad of rows has as many points as any other); the quads are dealt to the groups in runs
-    as even as they allow, or in proportion to ``shares``. (Groups of consecutive rows put a rank's short polar
-    rows in groups of their own, whose transpositions outlasted their FFTs.)
+    as even as they allow. (Groups of consecutive rows put a rank's short polar rows in groups of their own,
+    whose transpositions outlasted their FFTs.)
 
     Args:
         rows: the rank's latitude rows (ascending), e.g. ``row_shares(...)[rank]``.
         points_per_row: grid points in each row of the grid, north to south.
         groups: the most groups wanted (fewer where there are fewer quads).
-        shares: the groups' relative sizes, one per group (e.g. (1, 4, 1)); each group keeps a quad at least.
-            Default: as even as the quads allow.
 
     Returns:
         The groups' rows, each ascending.
@@ -132,18 +127,5 @@ def row_groups(
     quads = [units[i] + units[-1 - i] for i in range(len(units) // 2)]
     if len(units) % 2:
         quads.append(units[len(units) // 2])
-    count = max(1, min(groups, len(quads)))
-    if shares is None or count < groups:
-        runs = np.array_split(np.arange(len(quads)), count)
-    else:
-        weights = np.asarray(shares, dtype=np.float64)
-        if weights.shape != (groups,) or not np.all(weights > 0):
-            raise ArgumentError(f"shares={tuple(shares)}: give {groups} positive numbers, one per group of rows")
-        # Each group's last quad at its share of the whole, every group at least one quad.
-        ends = np.rint(np.cumsum(weights) / weights.sum() * len(quads)).astype(np.int64).tolist()
-        for k in range(groups):  # past the group before
-            ends[k] = max(ends[k], ends[k - 1] + 1 if k else 1)
-        for k in range(groups - 1, -1, -1):  # room left for the groups after
-            ends[k] = min(ends[k], len(quads) - (groups - 1 - k))
-        runs = np.split(np.arange(len(quads)), ends[:-1])
+    runs = np.array_split(np.arange(len(quads)), max(1, min(groups, len(quads))))
     return [np.sort(np.concatenate([quads[i] for i in run])) for run in runs]

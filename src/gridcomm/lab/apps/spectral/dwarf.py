@@ -30,7 +30,7 @@ import contextlib
 import functools
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -99,9 +99,6 @@ class DistributedTransform:
             one after the other, each timed (what a benchmark compares the overlap with). ``"auto"`` (the default):
             AUTO_PIPELINE with graphs on several ranks where the transport picked is one a CUDA graph replays,
             else (1, 1) (one transposition of everything).
-        group_shares: the groups of rows' relative sizes, one per group asked (default: as even as they allow;
-            ``distribution.row_groups``), e.g. (1, 4, 1): the FFTs of the direct's first group and of the inverse's
-            last run beside no transposition, so small groups there leave less of the step unhidden.
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
@@ -124,7 +121,6 @@ class DistributedTransform:
         graphs: bool = False,
         fft_streams: int | None = None,
         pipeline: int | tuple[int, int] | str = "auto",
-        group_shares: Sequence[float] | None = None,
     ) -> None:
         batch = whole_number(batch, "batch", least=1)
         graphs = flag(graphs, "graphs")
@@ -133,11 +129,6 @@ class DistributedTransform:
             raise ArgumentError("graphs=True captures CUDA graphs: pass xp=cupy (arrays on the GPU)")
         auto = isinstance(pipeline, str) and pipeline.strip() == "auto"
         pipeline = pipeline_shape(pipeline, graphs)
-        if group_shares is not None and len(group_shares) != pipeline[1]:
-            raise ArgumentError(
-                f"group_shares={tuple(group_shares)}: give one share per group of rows ({pipeline[1]} asked)"
-            )
-        self.group_shares = group_shares
 
         self.comm = comm = Communicator.wrap(comm)
         grid = grid if isinstance(grid, OctahedralGrid) else OctahedralGrid(grid)
@@ -160,9 +151,6 @@ class DistributedTransform:
         self.overlap = True
         #: A list to record what each stream runs when (``timeline_ms``), or None (the default: nothing recorded).
         self.timeline: list[tuple[str, str, Any, Any]] | None = None
-        #: Per transposition ("to rows", "to waves"): how many units of the last phase have their transpositions
-        #: run as soon as each unit of the first phase is done (default all; ``_phases``).
-        self.eager: dict[str, int] = {}
         self._to_rows: dict[tuple[int, int], Any] = {}  # (stage, group) -> Transposer
         self._to_waves: dict[tuple[int, int], Any] = {}
         self._closed = False
@@ -226,8 +214,7 @@ class DistributedTransform:
         # Every rank's products cut into as many stages, and its rows into as many groups, on every rank.
         everyone = comm.mpi.allgather(self.transform.legendre_parts(batch))
         staged = [_merged(parts, max(1, min(pipeline[0], *(len(p) for p in everyone)))) for parts in everyone]
-        shares = self.group_shares if self.group_shares is not None and len(self.group_shares) == pipeline[1] else None
-        cut = [row_groups(band, grid.nlon, pipeline[1], shares) for band in bands]
+        cut = [row_groups(band, grid.nlon, pipeline[1]) for band in bands]
         count = min(len(c) for c in cut)
         cut = cut if all(len(c) == count for c in cut) else [row_groups(band, grid.nlon, count) for band in bands]
         self.stages, self.groups = staged[comm.rank], cut[comm.rank]
@@ -406,11 +393,12 @@ class DistributedTransform:
     ) -> None:
         """A transform's three phases: ``first`` (compute, phase name, its units: stages or groups), the
         transpositions (name, transposers by (stage, group), the key of (unit of first, unit of last)), ``last``
-        (compute, name, its units). Overlapped (graphs, ``overlap``, pipelined): the transpositions of each unit of
-        ``first`` run on ``transposition_stream`` once it is done, beside the next unit of ``first`` (those of the
-        units of ``last`` past the first ``eager[name]`` wait until every unit of ``first`` is done, then go unit
-        of ``last`` by unit of ``last``); each unit of ``last`` waits for its last transposition, beside the
-        transpositions still to come. Otherwise the phases run one after another, each unit timed."""
+        (compute, name, its units). Overlapped (``_overlapped``): the transpositions of each unit of
+        ``first`` run on ``transposition_stream`` once it is done, beside the next unit of ``first``; each unit of
+        ``last`` waits for its last transposition, beside the transpositions still to come. (Holding the
+        inverse's transpositions of the second group of rows until the last Legendre stage was done, so that they
+        ran beside the first group's FFTs, and groups of uneven sizes did not pay: docs/spectral.md.) Otherwise the
+        phases run one after another, each unit timed."""
         (compute, phase, units), (name, transposers, key), (finish, end_phase, ends) = first, moves, last
         trace = self._traced
         if not self._overlapped():
@@ -426,12 +414,6 @@ class DistributedTransform:
                     finish(e)
             return
         lane, stream = getattr(self, "transposition_stream", None), self.stream
-        eager = set(list(ends)[: self.eager.get(name, len(ends))])
-
-        def move(u: int, e: int) -> None:
-            with trace(f"{name} {key(u, e)}", lane, "transposition"):
-                self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)], lane)
-            self._moved[e].record(lane)  # after its last unit of ``first``: all of e's transpositions done
 
         # Nothing here waits on the host: a unit of ``first`` whose launches the host issues one by one (the
         # Legendre stages) then runs while the device is still busy with what came before, at the device's pace.
@@ -441,12 +423,10 @@ class DistributedTransform:
             if transposers:
                 self._computed[u].record(stream)
                 lane.wait_event(self._computed[u])
-                for e in ends:
-                    if e in eager:
-                        move(u, e)
-        for e in ends:
-            for u in units if transposers and e not in eager else ():
-                move(u, e)
+            for e in ends if transposers else ():
+                with trace(f"{name} {key(u, e)}", lane, "transposition"):
+                    self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)], lane)
+                self._moved[e].record(lane)  # after the last unit of ``first``: all of e's transpositions done
         for e in ends:
             if transposers:
                 stream.wait_event(self._moved[e])
