@@ -111,9 +111,9 @@ def test_the_transport_chosen_and_why_are_logged(decompose, caplog):
     lines = [(r.name, r.getMessage()) for r in caplog.records]
     assert ("gridcomm.transports", "transport mpi for host arrays: as asked") in lines, lines
     picked = [m for name, m in lines if name == "gridcomm.transports" and "auto picks" in m]
-    # Where cma, shm and mpi can move host arrays here, auto measures them (and mpi with MPI's datatypes) on the
-    # plan and says what it found; with cma left out it measures the others and says why not cma.
-    measured = "the fastest of cma, shm, mpi, mpi/packing=datatype" in picked[0]
+    # Where cma, shm and mpi can move host arrays here, auto measures them (cma on threads too, and mpi with MPI's
+    # datatypes) on the plan and says what it found; with cma left out it measures the others and says why not cma.
+    measured = "the fastest of cma, cma/threads, shm, mpi, mpi/packing=datatype" in picked[0]
     assert picked and (measured or "the fastest of shm, mpi, mpi/packing=datatype" in picked[0]), lines
     if measured:
         assert any(name == "gridcomm.exchange" and "fastest measured for this plan" in m for name, m in lines), lines

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from gridcomm import HaloExchanger, TransportError
-from gridcomm.transports import ShmTransport, node_memory, shm
+from gridcomm.transports import ShmTransport, counters, node_memory, shm
 
 
 def test_refused_where_stores_may_be_reordered_and_for_gpu_memory(monkeypatch):
-    monkeypatch.setattr(shm.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(counters.platform, "machine", lambda: "aarch64")
     reason = ShmTransport().local_reason(on_device=False)
     assert reason is not None and "x86-64" in reason and "aarch64" in reason and "cma or mpi" in reason
     assert "host memory only" in (ShmTransport().local_reason(on_device=True) or "")

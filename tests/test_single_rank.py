@@ -179,9 +179,11 @@ def test_scatter_of_wrong_global_shape(decompose):
         d.scatter(np.zeros((4, 4)))
 
 
-# The MPI transport's configurations (labels with a slash, but shm's, which moves host memory only: checks_errors)
+# The MPI transport's configurations (labels with a slash, but shm's and cma's, which move host memory only:
+# checks_errors)
 @pytest.mark.parametrize(
-    "transport", ["mpi", "auto", *sorted(k for k in TRANSPORT_CHOICES if "/" in k and not k.startswith("shm"))]
+    "transport",
+    ["mpi", "auto", *sorted(k for k in TRANSPORT_CHOICES if "/" in k and not k.startswith(("shm", "cma")))],
 )
 def test_device_memory_needs_cuda_aware_mpi(decompose, transport):
     assert gridcomm.mpilib.mpi_cuda_aware() is False  # the MPICH wheel is not built with CUDA

@@ -64,7 +64,7 @@ from gridcomm.decomp.procgrid import factorisations
 EXCHANGE_TIMEOUT_S = 20.0  # per rank, on every exchanger built here: a hang becomes GridcommTimeout
 # dtypes no exchanger takes: object, structured, strings, non-native byte order, datetimes, long double.
 BAD_DTYPES = ("object", "f8,i4", "U3", "S4", ">f8" if np.little_endian else "<f8", "datetime64[s]", "longdouble")
-HOST_TRANSPORTS = ("cma", "shm", "mpi")
+HOST_TRANSPORTS = ("cma", "cma/threads, mpi signals", "shm", "mpi")
 seeds = st.integers(0, 2**32 - 1)
 
 

@@ -20,7 +20,7 @@ from mpi4py import MPI
 import gridcomm
 import gridcomm.mpilib
 import gridcomm.shmem
-from gridcomm.transports import IpcTransport, MpiTransport, ShmTransport, StagedTransport
+from gridcomm.transports import CmaTransport, IpcTransport, MpiTransport, ShmTransport, StagedTransport
 
 # GRIDCOMM_CHECK_DEVICE=gpu runs the same checks with the fields on the GPU (one GPU per rank, chosen by
 # tests/mpi_programs/runner.py) over the GPU transports: see HaloExchanger below.
@@ -35,6 +35,8 @@ HOST_TRANSPORTS: dict[str, Any] = {
     "neighbor/datatype": MpiTransport(method="neighbor", packing="datatype"),
     "neighbor/copy": MpiTransport(method="neighbor", packing="copy"),
     "cma": "cma",
+    # Every exchange's reads on two threads, signalled by MPI's messages ("cma": by counters in memory, on x86-64).
+    "cma/threads, mpi signals": CmaTransport(threads=2, thread_bytes=0, signals="mpi"),
     "shm": "shm",
     "shm/each straight in": ShmTransport(direct_bytes=0),  # every message packed into its receiver's buffer
     "auto": "auto",

@@ -66,6 +66,7 @@ LABELLED: dict[str, Transport] = {
     "ipc/copy-engine": IpcTransport(method="copy-engine"),
     "ipc/two-way": IpcTransport(one_way_bytes=0),  # small exchanges straight into the fields, not one way
     "staged/mpi": StagedTransport(node_memory=False),  # every chunk through MPI, peers on the node too
+    "cma/threads": CmaTransport(threads=None),  # reads from several peers at once on the rank's share of the cores
 }
 
 

@@ -92,3 +92,13 @@ class NodeMemory:
         self.array = None
         with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped when the last one goes
             self._map.close()
+
+
+def release(own: NodeMemory | None, mapped: dict[int, NodeMemory]) -> None:
+    """Unmap the peers' memories ``mapped`` and close this rank's ``own`` (its file's name removed first, where it
+    is still there): what a channel of node memory holds, let go (the caller forgets both)."""
+    for memory in mapped.values():
+        memory.close()
+    if own is not None:
+        own.forget_name()
+        own.close()

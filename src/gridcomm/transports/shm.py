@@ -20,17 +20,16 @@ rank's messages: the number of the last exchange they have unpacked). Per exchan
 * ``finish``: it writes the number into each sender's acknowledgement counter.
 
 What MPI spends on matching, its progress engine and its own copies through shared memory is not spent: on 16 ranks
-of one host a small transposition is a few Python calls and a poll of one array. The counters are written after
-the data by plain stores, and x86-64 keeps stores in order for the other cores (glibc's ``memcpy`` fences its
-non-temporal stores), so a receiver that sees the number sees the data; other processors reorder stores, and
-there the transport says it cannot run (use ``cma`` or ``mpi``).
+of one host a small transposition is a few Python calls and a poll of one array. The counters (``counters``) are
+written after the data by plain stores, which x86-64 keeps in order for the other cores, so a receiver that sees
+the number sees the data; other processors reorder stores, and there the transport says it cannot run (use
+``cma`` or ``mpi``).
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,14 +38,9 @@ import numpy as np
 from ..agreement import raise_if_any
 from ..comm import Communicator
 from ..errors import GridcommError, GridcommTimeout, TransportError
-from . import node_memory
+from . import counters, node_memory
 from .base import Channel, PackerKind, Transport, other_nodes, poll_until
 from .node_memory import NodeMemory
-
-LINE = 64  # bytes between two counters: each in a cache line of its own, so that two writers never share one
-_PAGE = 4096
-_NEVER = 2**63 - 1  # the counter of a rank that is not a peer: never behind
-_ORDERED_STORES = ("x86_64", "amd64", "i386", "i686")
 
 #: Receive buffers made by ``ShmTransport.receive_buffer``, by the address of their first byte, until their
 #: channel is bound.
@@ -59,11 +53,6 @@ def _forget_unbound() -> None:
     names go with the process, not left in /dev/shm."""
     for inbox in _INBOXES.values():
         inbox.forget_name()
-
-
-def _header_bytes(size: int) -> int:
-    """Bytes in front of the receive buffer: two rows of ``size`` counters, rounded up to a page."""
-    return -(-2 * size * LINE // _PAGE) * _PAGE
 
 
 @dataclass(frozen=True)
@@ -82,15 +71,7 @@ class ShmTransport(Transport):
     reach = "node"
 
     def local_reason(self, on_device: bool) -> str | None:
-        machine = platform.machine().lower()
-        if reason := super().local_reason(on_device):
-            return reason
-        if machine not in _ORDERED_STORES:
-            return (
-                f"shm orders its counters after the data by the store order of x86-64, which this {machine} "
-                "processor does not keep; use cma or mpi"
-            )
-        return None
+        return super().local_reason(on_device) or counters.store_order_reason("shm", "cma or mpi")
 
     def ranks_reason(self, comm: Communicator) -> str | None:
         if "shm" not in comm.reasons:  # collective the first time, remembered afterwards
@@ -103,7 +84,7 @@ class ShmTransport(Transport):
     def receive_buffer(self, comm: Communicator, nbytes: int) -> Any:
         """The receive buffer in shared memory, behind its counters; None where ``/dev/shm`` is missing or full
         (the channel then refuses on every rank)."""
-        header = _header_bytes(comm.size)
+        header = counters.rows_bytes(comm.size)
         inbox = NodeMemory.create(header + max(nbytes, 1), pinned=False)
         if inbox is None:
             return None
@@ -113,25 +94,6 @@ class ShmTransport(Transport):
 
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
         return _ShmChannel(comm, packer, self.direct_bytes)
-
-
-def _counters(memory: NodeMemory, row: int, size: int) -> memoryview:
-    """Row ``row`` (0: arrivals, 1: acknowledgements) of the counters of ``memory``: ``size`` int64, one per rank.
-    Python's memoryview, not NumPy: ``min()`` of 16 counters takes 0.5 µs against NumPy's 1.1, a store 30 ns
-    against 45 (each exchange polls one row and stores into each peer's)."""
-    start = row * size * LINE
-    return memoryview(memory.array[start : start + size * LINE]).cast("q")[:: LINE // 8]
-
-
-def _watched(counters: memoryview, peers: list[int]) -> tuple[memoryview, int]:
-    """The part of a row of ``counters`` from the first of ``peers`` to the last, and that first rank; the ranks in
-    between that are not peers set never behind. No peers: a row of one counter that is never behind."""
-    if not peers:
-        return memoryview(np.array([_NEVER], dtype=np.int64)).cast("B").cast("q"), 0
-    first, last = min(peers), max(peers)
-    for rank in set(range(first, last + 1)) - set(peers):
-        counters[rank] = _NEVER
-    return counters[first : last + 1], first
 
 
 class _ShmChannel(Channel):
@@ -156,14 +118,15 @@ class _ShmChannel(Channel):
             before=self.close,
         )
         inbox = self._inbox
-        header = _header_bytes(size)
+        header = counters.rows_bytes(size)
         self._sources = [m.peer for m in layout.recvs]
         self._destinations = [m.peer for m in layout.sends]
         # This rank's counters, from its first source (destination) to its last: a poll reads no more of the row
         # than its peers span (a node's ranks of a large job), and a rank in between that is not one is never
         # behind.
         (self._arrivals, self._first_source), (self._acks, self._first_destination) = (
-            _watched(_counters(inbox, row, size), peers) for row, peers in ((0, self._sources), (1, self._destinations))
+            counters.watched(counters.row(inbox, row, size), peers)
+            for row, peers in ((0, self._sources), (1, self._destinations))
         )
         # Where each destination receives this rank's message: (offset in its buffer, bytes).
         files = comm.mpi.allgather((inbox.path, inbox.nbytes))
@@ -186,8 +149,8 @@ class _ShmChannel(Channel):
         inbox.forget_name()  # every peer has mapped it: the memory goes with the last process that maps it
         # Counters this rank writes: its arrival in each destination's arrivals, its acknowledgement in each
         # source's acknowledgements.
-        self._arrived_flags = [_counters(self._mapped[p], 0, size)[me : me + 1] for p in self._destinations]
-        self._ack_flags = [_counters(self._mapped[p], 1, size)[me : me + 1] for p in self._sources]
+        self._arrived_flags = [counters.row(self._mapped[p], 0, size)[me : me + 1] for p in self._destinations]
+        self._ack_flags = [counters.row(self._mapped[p], 1, size)[me : me + 1] for p in self._sources]
         # Where each send message goes: straight from the fields by the pack (large messages), or from the send
         # buffer by one MPI_Unpack over blocks of bytes at those addresses (the send buffer's padding gaps into
         # scratch bytes), in send-buffer order.
@@ -269,10 +232,5 @@ class _ShmChannel(Channel):
         if self._scatter is not None:
             self._type.Free()
             self._scatter = None
-        for mapped in self._mapped.values():
-            mapped.close()
-        self._mapped = {}
-        if self._inbox is not None:
-            self._inbox.forget_name()
-            self._inbox.close()
-            self._inbox = None
+        node_memory.release(self._inbox, self._mapped)
+        self._inbox, self._mapped = None, {}

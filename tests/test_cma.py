@@ -1,0 +1,64 @@
+"""The cma transport's options and refusals, in process on one rank (the exchanges themselves run in every MPI suite,
+with counters in shared memory, and on two threads with MPI's messages: tests/mpi_programs/harness.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from gridcomm import ArgumentError, HaloExchanger, TransportError
+from gridcomm.transports import CmaTransport, by_label, counters, node_memory
+from gridcomm.transports.cma import spare_cores
+
+
+def test_options_are_checked_and_read_from_labels():
+    with pytest.raises(ArgumentError, match="signals='pipe'"):
+        CmaTransport(signals="pipe")
+    with pytest.raises(ArgumentError, match="threads"):
+        CmaTransport(threads=0)
+    with pytest.raises(ArgumentError, match="thread_bytes"):
+        CmaTransport(thread_bytes=-1)
+    assert by_label("cma/threads=4/signals=mpi") == CmaTransport(threads=4, signals="mpi")
+
+
+def test_spare_cores_share_this_process_cores_among_the_ranks():
+    cores = len(os.sched_getaffinity(0))
+    assert spare_cores(1) == cores
+    assert spare_cores(cores * 4) == 1  # more ranks than cores: one each, no threads
+
+
+def exchanged(d, transport):
+    """A periodic 1-D halo exchange on one rank through ``transport``: its channel's signalling, and the field."""
+    f = d.zeros()
+    d.interior(f)[...] = np.arange(12.0)
+    with HaloExchanger(d, f, transport) as ex:
+        ex.exchange()
+        signalling = ex.channel.signalling
+    assert f.tolist() == [10.0, 11.0, *range(12), 0.0, 1.0]
+    return signalling
+
+
+def test_signals_in_memory_on_x86_64_and_by_mpi_elsewhere(decompose, monkeypatch):
+    d = decompose((12,), halo=2, periodic=True)
+    assert exchanged(d, CmaTransport(signals="mpi")) == "mpi"
+    if counters.store_order_reason("cma", "mpi") is None:  # this processor keeps stores in order
+        assert exchanged(d, "cma") == "memory"
+    monkeypatch.setattr(counters.platform, "machine", lambda: "aarch64")
+    assert exchanged(d, "cma") == "mpi"
+    with pytest.raises(TransportError, match=r"x86-64.*aarch64.*signals='mpi'"):
+        HaloExchanger(d, d.zeros(), CmaTransport(signals="memory"))
+
+
+def test_no_shared_memory_falls_back_to_mpi_or_refuses_and_leaves_no_file(decompose, monkeypatch, tmp_path):
+    if counters.store_order_reason("cma", "mpi") is not None:
+        pytest.skip("counters in memory need a processor that keeps stores in order (x86-64)")
+    monkeypatch.setattr(node_memory, "FOLDER", str(tmp_path / "missing"))
+    d = decompose((12,), halo=2, periodic=True)
+    assert exchanged(d, "cma") == "mpi"
+    with pytest.raises(TransportError, match="no room for its counters"):
+        HaloExchanger(d, d.zeros(), CmaTransport(signals="memory"))
+    monkeypatch.setattr(node_memory, "FOLDER", str(tmp_path))
+    assert exchanged(d, CmaTransport(signals="memory", threads=2, thread_bytes=0)) == "memory"
+    assert not os.listdir(tmp_path)  # the counters' name went once the peers (none) had mapped them
