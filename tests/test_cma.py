@@ -62,3 +62,39 @@ def test_no_shared_memory_falls_back_to_mpi_or_refuses_and_leaves_no_file(decomp
     monkeypatch.setattr(node_memory, "FOLDER", str(tmp_path))
     assert exchanged(d, CmaTransport(signals="memory", threads=2, thread_bytes=0)) == "memory"
     assert not os.listdir(tmp_path)  # the counters' name went once the peers (none) had mapped them
+
+
+def test_shared_zeros_are_zeros_in_a_memory_file_that_goes_with_the_last_view():
+    import gc
+
+    from gridcomm import shared_zeros, sharing
+
+    a = shared_zeros((3, 4), np.complex64)
+    assert a.shape == (3, 4) and a.dtype == np.complex64 and a.flags.c_contiguous and not a.any()
+    runs = np.array([[a.ctypes.data + 8, 16], [a.ctypes.data + 40, 8]])
+    fd, start, nbytes = sharing.segment_of(runs)
+    assert start == a.ctypes.data and nbytes == a.nbytes and os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")
+    assert sharing.segment_of(np.array([[np.zeros(4).ctypes.data, 8]])) is None  # not one of them
+    assert sharing.segment_of(np.array([[a.ctypes.data, a.nbytes + 1]])) is None  # past its end
+    mapped = sharing.map_segment(os.getpid(), fd, nbytes)  # what a peer of the node does
+    a[1, 2] = 1 + 2j
+    assert np.frombuffer(mapped, np.complex64)[6] == 1 + 2j
+    mapped.close()
+    view = a[1:]
+    del a
+    gc.collect()
+    assert os.path.exists(f"/proc/self/fd/{fd}")  # a view still holds the memory
+    del view
+    gc.collect()
+    assert sharing.segment_of(runs) is None  # forgotten, its descriptor closed
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or not os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")
+
+
+def test_shared_zeros_refuse_what_is_not_an_array_of_numbers():
+    from gridcomm import shared_zeros
+
+    with pytest.raises(ArgumentError, match="dtype of numbers"):
+        shared_zeros(3, object)
+    with pytest.raises(ArgumentError, match="extent"):
+        shared_zeros((2, -1))
+    assert shared_zeros(0).shape == (0,)

@@ -21,6 +21,7 @@ from .errors import (
 from .exchange import CapturedExchange, ExchangeHandle, HaloExchanger
 from .gpu import use_local_gpu
 from .pattern import Box, Pattern, PeerPlan, Rows
+from .sharing import shared_zeros
 from .slabs import pencil, slab
 from .transpose import Transposer
 
@@ -51,6 +52,7 @@ __all__ = [
     "ValidationError",
     "__version__",
     "pencil",
+    "shared_zeros",
     "slab",
     "use_local_gpu",
 ]

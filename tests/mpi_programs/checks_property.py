@@ -35,6 +35,7 @@ from harness import (
     random_global,
     rank_counts,
     run_property,
+    shared_copy,
 )
 from hypothesis import strategies as st
 from mpi4py import MPI
@@ -63,6 +64,7 @@ class Case:
     seed: int
     root: int
     rounds: int
+    shared: bool = False  # the fields in memory the node's ranks share (gridcomm.shared_zeros)
 
 
 def predicted_grid(case: Case) -> tuple[int, ...] | None:
@@ -134,6 +136,7 @@ def cases(draw, world_size: int) -> Case:
         seed=draw(st.integers(0, 2**32 - 1)),
         root=draw(st.integers(0, n - 1)),
         rounds=draw(st.integers(1, 2)),
+        shared=draw(st.booleans()),
     )
 
 
@@ -191,6 +194,8 @@ def verify_decomposition(sub, d, case: Case, grid, rank: int) -> list[str]:
 
     globals_ = [random_global(case.shape, dt, case.seed + i) for i, (dt, _) in enumerate(case.fields)]
     fields = [local_with_sentinel(d, g, order) for g, (_, order) in zip(globals_, case.fields, strict=True)]
+    if case.shared:  # cma then copies out of a mapping of the sender's memory
+        fields = [shared_copy(f) for f in fields]
     transport = TRANSPORT_CHOICES[case.transport]
     with HaloExchanger(d, fields if case.as_list else fields[0], transport) as ex:
         for round_ in range(case.rounds):

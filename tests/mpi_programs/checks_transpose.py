@@ -25,6 +25,7 @@ from harness import (
     rank_counts,
     ranks,
     run_property,
+    shared_copy,
 )
 from hypothesis import strategies as st
 
@@ -710,6 +711,7 @@ class SlabCase:
     fields: tuple[tuple[str, str], ...]  # (dtype, order)
     transport: str
     seed: int
+    shared: bool = False  # the sources in memory the node's ranks share (gridcomm.shared_zeros)
 
 
 def grids(n: int, dims: int) -> list[tuple[int, ...]]:
@@ -738,6 +740,7 @@ def slab_cases(draw, world_size: int) -> SlabCase:
         fields=tuple((draw(st.sampled_from(DTYPES)), draw(st.sampled_from("CF"))) for _ in range(nfields)),
         transport=draw(st.sampled_from(sorted(TRANSPORTS))),
         seed=draw(st.integers(0, 2**31)),
+        shared=draw(st.booleans()),
     )
 
 
@@ -757,6 +760,8 @@ def run_slab_case(sub, case: SlabCase) -> list[str]:
     before = reference_block(case.shape, case.from_axes, case.proc_grid, rank)
     after = reference_block(case.shape, case.to_axes, case.proc_grid, rank)
     sources = [np.asarray(g[before], order=o) for g, (_, o) in zip(globals_, case.fields, strict=True)]
+    if case.shared:  # cma then copies out of a mapping of the sender's memory
+        sources = [shared_copy(a) for a in sources]
     destinations = [sentinel(g[after].shape, g.dtype, o) for g, (_, o) in zip(globals_, case.fields, strict=True)]
     transport = TRANSPORTS[case.transport]
     if len(case.from_axes) == 1 and not case.give_grid:
@@ -785,7 +790,11 @@ def check_slabs_and_pencils_match_the_serial_transpose(comm):
         slab_cases(comm.Get_size()),
         run_slab_case,
         SLAB_EXAMPLES,
-        tally={"pencils": lambda c: len(c.from_axes) > 1, "an empty block": lambda c: min(c.shape) < c.nranks},
+        tally={
+            "pencils": lambda c: len(c.from_axes) > 1,
+            "an empty block": lambda c: min(c.shape) < c.nranks,
+            "shared sources over cma": lambda c: c.shared and c.transport.startswith("cma"),
+        },
     )
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import sharing
 from ..agreement import raise_if_any
 from ..arguments import whole_number
 from ..comm import Communicator
@@ -177,6 +178,69 @@ def _iovecs(pieces: np.ndarray) -> list[Any]:
     return arrays
 
 
+class _SystemRead:
+    """A sender's runs copied by ``process_vm_readv`` (in arrays of at most IOV_MAX pieces)."""
+
+    def __init__(self, libc: Any, pid: int, local: np.ndarray, remote: np.ndarray) -> None:
+        self._libc, self._pid = libc, pid
+        self._pairs = list(zip(_iovecs(local), _iovecs(remote), strict=True))
+        self.total = int(local[:, 1].sum())
+
+    def run(self) -> int:
+        """Bytes copied (OSError where the kernel refuses)."""
+        copied = 0
+        for local, remote in self._pairs:
+            n = self._libc.process_vm_readv(self._pid, local, len(local), remote, len(remote), 0)
+            if n < 0:
+                code = ctypes.get_errno()
+                raise OSError(code, os.strerror(code))
+            copied += n
+        return copied
+
+
+class _MappedRead:
+    """A sender's runs copied out of its array of ``sharing.shared_zeros``, mapped here (``mapping``; the sender's
+    array starts at ``start`` in its own address space): one NumPy copy where the pieces are as long as each other
+    and as far apart on both sides (every block of a slab transposition, most halos), else a ``memmove`` each."""
+
+    def __init__(self, mapping: Any, local: np.ndarray, remote: np.ndarray, start: int) -> None:
+        self._mapping = mapping
+        base = np.frombuffer(mapping, dtype=np.uint8)
+        offsets = remote[:, 0] - start  # in the mapping
+        lengths = local[:, 1]
+        self.total = int(lengths.sum())
+        self._copies: list[tuple[np.ndarray, np.ndarray]] = []
+        self._moves: list[tuple[int, int, int]] = []
+        count = len(lengths)
+        steps_local, steps_remote = np.diff(local[:, 0]).tolist(), np.diff(offsets).tolist()
+        regular = count > 0 and bool((lengths == lengths[0]).all())
+        if count > 1:  # as far apart, forwards, on both sides
+            regular = regular and len(set(steps_local)) == 1 and len(set(steps_remote)) == 1
+            regular = regular and steps_local[0] > 0 and steps_remote[0] > 0
+        if regular:
+            width = int(lengths[0])
+            step_local, step_remote = (steps_local[0], steps_remote[0]) if count > 1 else (width, width)
+            span = step_local * (count - 1) + width
+            destination = (ctypes.c_uint8 * span).from_address(int(local[0, 0]))
+            self._copies.append((
+                np.ndarray((count, width), np.uint8, destination, 0, (step_local, 1)),
+                np.ndarray((count, width), np.uint8, base, int(offsets[0]), (step_remote, 1)),
+            ))  # fmt: skip
+        else:
+            address = base.ctypes.data
+            self._moves = [
+                (int(d), address + int(o), int(n)) for d, o, n in zip(local[:, 0], offsets, lengths, strict=True)
+            ]
+
+    def run(self) -> int:
+        """Bytes copied."""
+        for destination, source in self._copies:
+            np.copyto(destination, source)
+        for destination, source, n in self._moves:
+            ctypes.memmove(destination, source, n)
+        return self.total
+
+
 class _MpiSignals:
     """ "ready" and "done" as zero-byte MPI messages on the exchanger's next two tags (persistent requests)."""
 
@@ -297,18 +361,27 @@ class _CmaChannel(Channel):
         layout = packer.layout
         self._comm = comm
         self._libc = _libc()
-        # Tell each receiver where this rank's send runs lie; learn the same from each sender.
-        sends = [mpi.isend((os.getpid(), packer.send_runs(i)), m.peer, tag) for i, m in enumerate(layout.sends)]
+        # Tell each receiver where this rank's send runs lie, and the array of sharing.shared_zeros that holds them
+        # (if one does); learn the same from each sender.
+        sends = []
+        for i, m in enumerate(layout.sends):
+            runs = packer.send_runs(i)
+            sends.append(mpi.isend((os.getpid(), runs, sharing.segment_of(runs)), m.peer, tag))
         self._sources = [m.peer for m in layout.recvs]
-        self._reads = []
+        self._reads: list[_SystemRead | _MappedRead] = []
         for i, m in enumerate(layout.recvs):
-            pid, remote = mpi.recv(source=m.peer, tag=tag)
+            pid, remote, segment = mpi.recv(source=m.peer, tag=tag)
             local, far = _pieces(packer.recv_runs(i), remote)
-            self._reads.append((pid, _iovecs(local), _iovecs(far), int(local[:, 1].sum())))
+            mapping = None if segment is None else sharing.map_segment(pid, segment[0], segment[2])
+            if mapping is None:
+                self._reads.append(_SystemRead(self._libc, pid, local, far))
+            else:  # the sender's addresses, where its array lies in the mapping here
+                self._reads.append(_MappedRead(mapping, local, far, segment[1]))
         for request in sends:
             request.wait()
-        received = sum(total for *_, total in self._reads)
-        # Reads from several peers at once, on threads (ctypes lets go of the GIL in process_vm_readv).
+        received = sum(read.total for read in self._reads)
+        # Reads from several peers at once, on threads (ctypes lets go of the GIL in process_vm_readv, NumPy in
+        # its copies).
         self._pool = _pool(threads) if threads > 1 and len(self._reads) > 1 and received >= thread_bytes else None
         self._copying: dict[int, concurrent.futures.Future] = {}  # source index -> its read on a thread
         # "ready" from sender to receiver, "done" back.
@@ -321,19 +394,18 @@ class _CmaChannel(Channel):
         self._pending = list(range(len(self._sources)))
 
     def _read(self, index: int) -> None:
-        pid, locals_, remotes, total = self._reads[index]
-        copied = 0
-        for local, remote in zip(locals_, remotes, strict=True):
-            n = self._libc.process_vm_readv(pid, local, len(local), remote, len(remote), 0)
-            if n < 0:
-                code = ctypes.get_errno()
-                raise GridcommError(
-                    f"rank {self._comm.rank}: reading the halo from rank {self._sources[index]} failed: "
-                    f"{errno.errorcode.get(code, code)} ({os.strerror(code)})"
-                )
-            copied += n
-        if copied != total:
-            raise GridcommError(f"rank {self._comm.rank}: read {copied} of {total} B from rank {self._sources[index]}")
+        read = self._reads[index]
+        try:
+            copied = read.run()
+        except OSError as error:
+            raise GridcommError(
+                f"rank {self._comm.rank}: reading the halo from rank {self._sources[index]} failed: "
+                f"{errno.errorcode.get(error.errno or 0, error.errno)} ({error.strerror})"
+            ) from None
+        if copied != read.total:
+            raise GridcommError(
+                f"rank {self._comm.rank}: read {copied} of {read.total} B from rank {self._sources[index]}"
+            )
 
     def _progress(self) -> bool:
         signals = self._signals
@@ -370,3 +442,4 @@ class _CmaChannel(Channel):
         concurrent.futures.wait(self._copying.values())  # no thread still writing into the fields
         self._copying = {}
         self._signals.close()
+        self._reads = []  # and the mappings of the senders' arrays with them
