@@ -98,3 +98,20 @@ def test_shared_zeros_refuse_what_is_not_an_array_of_numbers():
     with pytest.raises(ArgumentError, match="extent"):
         shared_zeros((2, -1))
     assert shared_zeros(0).shape == (0,)
+
+
+def test_pieces_copied_out_of_a_mapping_in_one_numpy_copy_only_where_they_form_a_grid():
+    from gridcomm.transports.cma import _grid
+
+    def grid(local, remote, width=8):
+        local, remote = np.array(local), np.array(remote)
+        return _grid(local, remote, np.full(len(local), width))
+
+    assert grid([100], [0]) == ((1, 1), (0, 0), (0, 0))
+    assert grid([100, 200, 300], [0, 16, 32]) == ((1, 3), (0, 100), (0, 16))  # a slab transposition's block
+    # two rows of three pieces (a box cut on two axes), on both sides
+    assert grid([0, 10, 20, 100, 110, 120], [0, 8, 16, 64, 72, 80]) == ((2, 3), (100, 10), (64, 8))
+    assert grid([0, 10, 20, 100, 110], [0, 8, 16, 64, 72]) is None  # a short last row
+    assert grid([0, 10, 25], [0, 8, 16]) is None  # uneven here
+    assert grid([0, 10, 20], [32, 16, 0]) is None  # backwards there
+    assert _grid(np.array([0, 10]), np.array([0, 8]), np.array([8, 4])) is None  # pieces of two lengths

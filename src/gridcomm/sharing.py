@@ -3,9 +3,10 @@
 Each array lies in a memory file of its own (``memfd_create``: no name in any folder, nothing left behind when the
 process ends, however it ends). A peer on the same node opens it through ``/proc/<pid>/fd/<fd>`` (the permission
 that reading the process's memory with ``process_vm_readv`` needs, so where ``cma`` runs this does) and maps it
-read-only. ``cma`` then copies a sender's fields that lie in such an array with plain copies out of the mapping:
-no system call per exchange, no page pinned by the kernel (16 ranks of a 64-core host spent about 2.5x a plain
-copy of their slabs in ``process_vm_readv`` for a transposition of 128³ float64, 2026-11-27).
+read-only. ``cma`` then copies what a sender's fields in such an array send it out of the mapping, in one NumPy
+copy where the runs form a grid (every block of a slab transposition): no system call per exchange, no page pinned
+by the kernel (16 ranks of a 64-core host spent about 2.5x a plain copy of their slabs in ``process_vm_readv`` for
+a transposition of 128³ float64, 2026-11-27).
 """
 
 from __future__ import annotations
