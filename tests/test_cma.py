@@ -10,7 +10,7 @@ import pytest
 
 from gridcomm import ArgumentError, HaloExchanger, TransportError
 from gridcomm.transports import CmaTransport, by_label, counters, node_memory
-from gridcomm.transports.cma import spare_cores
+from gridcomm.transports.cma import cpus_each
 
 
 def test_options_are_checked_and_read_from_labels():
@@ -23,10 +23,12 @@ def test_options_are_checked_and_read_from_labels():
     assert by_label("cma/threads=4/signals=mpi") == CmaTransport(threads=4, signals="mpi")
 
 
-def test_spare_cores_share_this_process_cores_among_the_ranks():
+def test_threads_share_the_nodes_cpus_among_its_ranks(decompose):
     cores = len(os.sched_getaffinity(0))
-    assert spare_cores(1) == cores
-    assert spare_cores(cores * 4) == 1  # more ranks than cores: one each, no threads
+    comm = decompose((4,), halo=1).comm  # one rank: the node's CPUs are this process's
+    assert comm.local_cpus == cores and comm.local_size == 1
+    assert cpus_each(comm.local_cpus, comm.local_size) == cores
+    assert cpus_each(cores, cores * 4) == 1  # more ranks than cores: one each, no threads
 
 
 def exchanged(d, transport):

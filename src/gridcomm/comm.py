@@ -237,6 +237,12 @@ class Communicator:
         """The number of this communicator's ranks on this rank's node (they share its CPUs and GPUs)."""
         return self._node[1]
 
+    @property
+    def local_cpus(self) -> int:
+        """The CPUs this communicator's ranks on this rank's node may run on together (the union of their affinity
+        masks); collective on first use."""
+        return self._node[2]
+
     @functools.cached_property
     def _node(self) -> tuple[int, int, int]:
         """(rank, size) among the ranks on the same node, and how many CPUs those ranks may run on together

@@ -100,10 +100,9 @@ def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
     return pool
 
 
-def spare_cores(ranks: int) -> int:
-    """The cores this process may run on, shared evenly among ``ranks`` ranks of its node: 1 where each rank is
-    bound to a core of its own (or fewer cores than ranks)."""
-    return max(1, len(os.sched_getaffinity(0)) // max(ranks, 1))
+def cpus_each(cpus: int, ranks: int) -> int:
+    """``cpus`` shared evenly among ``ranks`` ranks: 1 where there are fewer than one each."""
+    return max(1, cpus // max(ranks, 1))
 
 
 @dataclass(frozen=True)
@@ -112,8 +111,10 @@ class CmaTransport(Transport):
 
     Args:
         threads: threads reading from several peers at once: 1 (the default) reads on the calling thread alone;
-            None, the cores this process may run on shared among the ranks (``spare_cores``: 4 for 16 unbound ranks
-            on 64 cores, 1 for ranks bound to a core each), at most 8. The signals stay on the calling thread.
+            None, the CPUs the node's ranks may run on shared among them (``cpus_each`` of
+            ``Communicator.local_cpus`` and ``local_size``: 4 for 16 unbound ranks on 64 cores, 1 for ranks bound to
+            a core each), at most 8.
+            The signals stay on the calling thread.
         thread_bytes: the least one read (what one peer sends) moves [bytes] to go to a thread; smaller ones are
             read on the calling thread, where handing a read to a thread costs more than it saves (default 512
             KiB: on 16 and 8 ranks of a 64-core host, reads of 64 and 256 KiB on threads made a transposition of
@@ -146,7 +147,7 @@ class CmaTransport(Transport):
         return "direct"
 
     def bind(self, comm: Communicator, packer: Any, tag: int) -> Channel:
-        threads = self.threads if self.threads is not None else min(8, spare_cores(comm.size))
+        threads = self.threads if self.threads is not None else min(8, cpus_each(comm.local_cpus, comm.local_size))
         return _CmaChannel(comm, packer, tag, threads, self.thread_bytes, self.signals)
 
 
@@ -297,14 +298,7 @@ class _MemorySignals:
     def __init__(self, comm: Communicator, sources: list[int], destinations: list[int], memory: NodeMemory) -> None:
         me, size = comm.rank, comm.size
         self._memory, self._mapped = memory, {}
-        files = comm.mpi.allgather((memory.path, memory.nbytes))
-        problem = None
-        for peer in sorted({*sources, *destinations}):
-            mapped = NodeMemory.open(*files[peer], pinned=False)
-            if mapped is None:
-                problem = f"cma: rank {me} cannot map rank {peer}'s counters ({files[peer][0]}): not this host"
-                break
-            self._mapped[peer] = mapped
+        self._mapped, problem = node_memory.map_peers(comm.mpi, memory, {*sources, *destinations}, "cma", "counters")
         raise_if_any(comm.mpi, problem, GridcommError, before=self.close)
         memory.forget_name()  # every peer has mapped it: the memory goes with the last process that maps it
         (self._ready, first_source), (self._done, self._first_destination) = (
@@ -352,9 +346,7 @@ def _signals(comm: Communicator, tag: int, asked: str, sources: list[int], desti
     reasons = comm.mpi.allgather(reason)
     if not any(reasons) and asked != "mpi":
         return _MemorySignals(comm, sources, destinations, memory)
-    if memory is not None:
-        memory.forget_name()
-        memory.close()
+    node_memory.release(memory, {})
     if asked == "memory":
         raise TransportError(next(r for r in reasons if r))
     return _MpiSignals(comm, tag, sources, destinations)

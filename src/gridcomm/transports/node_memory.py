@@ -14,6 +14,8 @@ import contextlib
 import mmap
 import os
 import uuid
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -92,6 +94,23 @@ class NodeMemory:
         self.array = None
         with contextlib.suppress(BufferError):  # a view still held elsewhere: unmapped when the last one goes
             self._map.close()
+
+
+def map_peers(
+    mpi: Any, own: NodeMemory, peers: Iterable[int], transport: str, what: str
+) -> tuple[dict[int, NodeMemory], str | None]:
+    """Collective over ``mpi``: every rank's ``own`` memory (plain host memory) made known to the others, and that of
+    each of ``peers`` mapped here. Returns the mappings by rank and, where one could not be made, why (naming the
+    ``transport`` and ``what`` the memory holds; the caller agrees on it with its peers and closes the mappings)."""
+    files = mpi.allgather((own.path, own.nbytes))
+    mapped: dict[int, NodeMemory] = {}
+    for peer in sorted(set(peers)):
+        memory = NodeMemory.open(*files[peer], pinned=False)
+        if memory is None:
+            rank = mpi.Get_rank()
+            return mapped, f"{transport}: rank {rank} cannot map rank {peer}'s {what} ({files[peer][0]}): not this host"
+        mapped[peer] = memory
+    return mapped, None
 
 
 def release(own: NodeMemory | None, mapped: dict[int, NodeMemory]) -> None:

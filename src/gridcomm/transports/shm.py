@@ -129,16 +129,10 @@ class _ShmChannel(Channel):
             for row, peers in ((0, self._sources), (1, self._destinations))
         )
         # Where each destination receives this rank's message: (offset in its buffer, bytes).
-        files = comm.mpi.allgather((inbox.path, inbox.nbytes))
+        peers = {*self._sources, *self._destinations}
+        self._mapped, problem = node_memory.map_peers(comm.mpi, inbox, peers, "shm", "receive buffer")
         placed = {m.peer: (m.offset, m.nbytes) for m in layout.recvs}
         there = comm.mpi.alltoall([placed.get(r) for r in range(size)])
-        problem = None
-        for peer in sorted({*self._sources, *self._destinations}):
-            mapped = NodeMemory.open(*files[peer], pinned=False)
-            if mapped is None:
-                problem = f"shm: rank {me} cannot map rank {peer}'s receive buffer ({files[peer][0]}): not this host"
-                break
-            self._mapped[peer] = mapped
         for m in layout.sends:
             if problem is None and (there[m.peer] is None or there[m.peer][1] != m.nbytes):
                 problem = (

@@ -349,7 +349,7 @@ class DistributedTransform:
     def _overlapped(self) -> bool:
         """Whether the phases are queued without the host waiting for any: with graphs and ``overlap``, pipelined
         (the transpositions on their own stream beside the compute) or on one rank (none)."""
-        return self.graphs and self.overlap and (self.pipeline > 1 or not self._to_rows)
+        return self.overlap and self.runs_ahead
 
     @property
     def runs_ahead(self) -> bool:
@@ -448,8 +448,8 @@ class DistributedTransform:
         if not spans:
             return []
         spans[-1][3].synchronize()
-        origin = min(spans, key=lambda s: self.xp.cuda.get_elapsed_time(spans[0][2], s[2]))[2]
         elapsed = self.xp.cuda.get_elapsed_time
+        origin = min(spans, key=lambda s: elapsed(spans[0][2], s[2]))[2]
         return [
             {"label": label, "stream": lane, "start_ms": elapsed(origin, a), "end_ms": elapsed(origin, b)}
             for label, lane, a, b in spans
