@@ -135,7 +135,8 @@ sys.exit(run_under_mpiexec(2, [sys.executable, 'benchmarks/probe_host_waits.py',
 --upgrade --target /tmp/site .whl/peers/*.whl && for sdist in .whl/peers/*.tar.gz; do [ -e \"\$sdist\" ] || \
 continue; PYTHONPATH=/tmp/site:\$PYTHONPATH $py -m pip install -q --no-index --no-deps --no-build-isolation \
 --no-compile --no-cache-dir --target /tmp/site \"\$sdist\" || exit; done; PYTHONPATH=/tmp/site:\$PYTHONPATH \
-$py -c 'import mpi4jax; print(\"mpi4jax\", mpi4jax.__version__, \"CUDA:\", mpi4jax.has_cuda_support())'"
+$py -c 'import importlib.util as u; print(*(m for m in (\"ghex\", \"mpi4py_fft\", \"ducc0\", \"mpi4jax\") \
+if u.find_spec(m)), sep=\", \")'"
         export PYTHONPATH="/tmp/site:$PYTHONPATH"
         ;;
       cuda-mpi)  # the CUDA-aware Open MPI built by benchmarks/build_cuda_mpi.sh (carried in .whl/cuda-mpi, built
@@ -174,16 +175,18 @@ $py -c 'import ghex; print(\"ghex\", ghex.__config__)'"
             stage cuda-mpi-halo 200 $py -m gridcomm bench halo --gpu --np "$ngpu" --out "$dir/results" ||
             OMPI_MCA_btl_smcuda_use_cuda_ipc=0 stage cuda-mpi-halo-no-mpi-ipc 200 $py -m gridcomm bench halo --gpu \
               --np "$ngpu" --out "$dir/results"
-          # The host's CPU against the CPU peers (GHEX, built against this MPI; mpi4py-fft where carried):
-          # HOST_RANKS ranks (default 16: a core each), fields on the host.
-          [[ $benches != *" halo-cpu "* ]] || stage cuda-mpi-halo-cpu 300 $py -m gridcomm bench halo --cpu \
-            --np "${HOST_RANKS:-16}" --out "$dir/results"
-          [[ $benches != *" transpose-cpu "* ]] ||
-            stage cuda-mpi-transpose-cpu 240 $py -m gridcomm bench transpose --np "${HOST_RANKS:-16}" \
-              ${TRANSPOSE_ALSO:+--also "$TRANSPOSE_ALSO"} --out "$dir/results"
-          [[ $benches != *" probe-mpi-waits "* ]] || stage cuda-mpi-probe-mpi-waits 200 $py -c "import sys; \
-from gridcomm.launch import run_under_mpiexec; sys.exit(run_under_mpiexec(${HOST_RANKS:-16}, [sys.executable, \
+          # The host's CPU against the CPU peers (GHEX, built against this MPI; mpi4py-fft where carried), fields
+          # on the host, for each rank count of HOST_RANKS (default 16: a core each; e.g. "4 8 16").
+          for ranks in ${HOST_RANKS:-16}; do
+            [[ $benches != *" halo-cpu "* ]] || stage "cuda-mpi-halo-cpu-${ranks}r" 300 $py -m gridcomm bench halo \
+              --cpu --np "$ranks" --out "$dir/results"
+            [[ $benches != *" transpose-cpu "* ]] ||
+              stage "cuda-mpi-transpose-cpu-${ranks}r" 240 $py -m gridcomm bench transpose --np "$ranks" \
+                ${TRANSPOSE_ALSO:+--also "$TRANSPOSE_ALSO"} --out "$dir/results"
+            [[ $benches != *" probe-mpi-waits "* ]] || stage "cuda-mpi-probe-mpi-waits-${ranks}r" 200 $py -c \
+"import sys; from gridcomm.launch import run_under_mpiexec; sys.exit(run_under_mpiexec($ranks, [sys.executable, \
 'benchmarks/probe_mpi_waits.py', '--profile', '--out', '$dir/results']))"
+          done
           printf '%s\n' "${summary[@]}" >"$dir/cuda-mpi.summary"
         )
         summary+=("$(cat "$dir/cuda-mpi.summary" 2>/dev/null)")
@@ -275,6 +278,11 @@ $py -m gridcomm info; mpirun --allow-run-as-root --oversubscribe -np $ngpu $py -
         ;;
       tune-fft) stage tune-fft 300 $py benchmarks/tune_fft.py --out "$dir/results" ${TUNE_FFT:-} ;;  # TUNE_FFT: e.g. --per-length --batches 412
       tune-buckets) stage tune-buckets 200 $py benchmarks/tune_buckets.py --out "$dir/results" ${TUNE_BUCKETS_ARGS:-} ;;
+      tune-buckets-all)  # the same on every GPU at once, each round trip started together (TUNE_BUCKETS_ARGS)
+        stage tune-buckets-all 200 $py -c "import sys; from gridcomm.launch import run_under_mpiexec; \
+sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/tune_buckets.py', '--out', '$dir/results'] \
++ '${TUNE_BUCKETS_ARGS:-}'.split()))"
+        ;;
       tune-pipeline) stage tune-pipeline 300 $py benchmarks/tune_pipeline.py --out "$dir/results" ${TUNE_PIPELINE:-} ;;
       tune) stage tune 240 $py benchmarks/tune_copy.py --out "$dir/results" ;;
       tune-pack)  # the pack and unpack launches alone, 2 ranks (sharing the GPU where there is one), each timed alone;

@@ -6,7 +6,9 @@ says how much of the phase the moves cost. ``--ranks``: also the share of one ra
 over that many ranks (its wavenumbers, ``wavenumber_sets``), each on this one GPU: what a rank of a multi-GPU run
 does in its Legendre phase, whose products are smaller; ``--blocked``: such a share also with its Fourier
 coefficients in the blocked layout the dwarf keeps (a block of rows per rank, ``operands.RowLayout``) beside the
-plain (batch, m, 2N) array.
+plain (batch, m, 2N) array. Launched on several ranks (one per GPU), every rank times the same cases on its
+own GPU at the same time, each round trip started together: what four GPUs' Legendre phases cost when they run at
+once (power, clocks, the host), against one GPU alone; the results give the slowest rank's and the fastest's.
 
     python3 benchmarks/tune_buckets.py --out DIR [--grid O640] [--batches 31,412] [--buckets 4,16,64]
                                        [--product-mib 16,64,256,4096] [--ranks 1,4] [--blocked]
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gridcomm.comm import Communicator
+from gridcomm.gpu import use_local_gpu
 from gridcomm.grids.octahedral import OctahedralGrid
 from gridcomm.lab.apps.spectral import operands
 from gridcomm.lab.apps.spectral import transform as spectral
@@ -52,21 +55,28 @@ def products_only() -> Iterator[None]:
 
 
 def seconds_per_round_trip(
-    transform: spectral.SpectralTransform, a: object, cupy: object, layout: operands.RowLayout | None = None
-) -> float:
+    comm: Communicator,
+    transform: spectral.SpectralTransform,
+    a: object,
+    cupy: object,
+    layout: operands.RowLayout | None = None,
+) -> list[float]:
     """Median of 5 timed Legendre round trips (inverse then direct) after one untimed, the Fourier coefficients
-    in ``layout`` (None: the plain array)."""
+    in ``layout`` (None: the plain array), on every rank: each round trip starts on all ranks together (a
+    barrier after the device is idle). Returns every rank's median [s], by rank."""
     fourier = transform.legendre_inverse(a, layout=layout)
     transform.legendre_direct(fourier, layout=layout)
     times = []
     for _ in range(5):
+        cupy.cuda.get_current_stream().synchronize()
+        comm.mpi.Barrier()
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
         transform.legendre_direct(transform.legendre_inverse(a, out=fourier, layout=layout), layout=layout)
         stop.record()
         stop.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+    return [float(t) for t in comm.mpi.allgather(float(np.median(times)))]
 
 
 def main() -> int:
@@ -82,6 +92,8 @@ def main() -> int:
     import cupy
 
     comm = Communicator()
+    if comm.size > 1:
+        use_local_gpu(comm)
     grid = OctahedralGrid(args.grid)
     t = grid.N - 1
     rows = []
@@ -104,26 +116,31 @@ def main() -> int:
                 layouts["blocked"] = operands.RowLayout.blocked(batch, len(ms), blocks)
             for mib, (kind, layout) in ((int(m), k) for m in args.product_mib.split(",") for k in layouts.items()):
                 spectral.GPU_PRODUCT_BYTES = mib * 2**20
-                seconds = seconds_per_round_trip(transform, a, cupy, layout)
+                each = seconds_per_round_trip(comm, transform, a, cupy, layout)
                 with products_only():
-                    products = seconds_per_round_trip(transform, a, cupy, layout)
+                    products_each = seconds_per_round_trip(comm, transform, a, cupy, layout)
+                seconds, products = max(each), max(products_each)  # the slowest GPU's
                 rate, ceiling = legendre_flops(grid, t, batch) / ranks / seconds / 1e9, ceilings[batch]
                 row = {
                     "ranks": ranks, "layout": kind, "batch": batch, "buckets": buckets, "product_MiB": mib,
                     "seconds": seconds, "products_only_s": products, "GFLOPs": rate, "matmul_GFLOPs": ceiling,
+                    "gpus_at_once": comm.size, "seconds_each": each, "products_only_s_each": products_each,
                 }  # fmt: skip
                 rows.append(row)
-                print(f"{grid.name} 1/{ranks} ({kind}) batch {batch:4d} buckets {buckets:3d} product {mib:5d} MiB: "
-                      f"{seconds * 1e3:8.2f} ms"
-                      f" (products alone {products * 1e3:7.2f} ms)  {rate:8.0f} GFLOP/s "
-                      f"({100 * rate / ceiling:4.1f} % of {ceiling:.0f})", flush=True)  # fmt: skip
+                if comm.rank == 0:
+                    print(f"{grid.name} 1/{ranks} ({kind}) batch {batch:4d} buckets {buckets:3d} product {mib:5d} "
+                          f"MiB, {comm.size} GPU(s) at once: {seconds * 1e3:8.2f} ms (fastest {min(each) * 1e3:.2f})"
+                          f" (products alone {products * 1e3:7.2f} ms)  {rate:8.0f} GFLOP/s "
+                          f"({100 * rate / ceiling:4.1f} % of {ceiling:.0f})", flush=True)  # fmt: skip
             del a
             transform._scratch_arrays.clear()
             cupy.get_default_memory_pool().free_all_blocks()
         del transform
     config = {"grid": args.grid, "batches": args.batches, "buckets": args.buckets, "product_mib": args.product_mib,
               "ranks": args.ranks, "blocked": args.blocked}  # fmt: skip
-    print(f"wrote {write_results(args.out, 'tune-buckets', machine_info(1, gpus_used=1), config, rows)}")
+    if comm.rank == 0:
+        machine = machine_info(comm.size, gpus_used=comm.size)
+        print(f"wrote {write_results(args.out, 'tune-buckets', machine, config, rows)}")
     return 0
 
 

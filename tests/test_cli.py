@@ -221,8 +221,10 @@ def test_bench_transpose_writes_results_beside_its_peers(tmp_path):
     payload = json.loads(path.read_text())
     rows = payload["results"]
     assert [r["n"] for r in rows] == [16, 32] and all(r["bytes_total"] == r["n"] ** 3 * 8 for r in rows)
-    # cma twice: once reading the slabs with process_vm_readv, once out of memory the ranks share (shared_zeros)
-    variants = {"mpi", "mpi p2p/datatype", "mpi neighbor/datatype", "cma", "shm", "cma, shared slabs"}
+    # each cma (one thread, threads) twice: reading the slabs with process_vm_readv, and out of memory the ranks
+    # share (shared_zeros)
+    cma = {"cma", "cma/threads"}
+    variants = {"mpi", "mpi p2p/datatype", "mpi neighbor/datatype", "shm"} | cma | {f"{c}, shared slabs" for c in cma}
     assert all(set(r["variants"]) == variants and r["best"] in r["variants"] for r in rows)
     # the ceiling beside them: every rank copying its slab once, at the same time
     assert all(r["one_copy"]["median_s"] > 0 and r["best_over_one_copy"] > 0 for r in rows)

@@ -117,3 +117,38 @@ def test_pieces_copied_out_of_a_mapping_in_one_numpy_copy_only_where_they_form_a
     assert grid([0, 10, 25], [0, 8, 16]) is None  # uneven here
     assert grid([0, 10, 20], [32, 16, 0]) is None  # backwards there
     assert _grid(np.array([0, 10]), np.array([0, 8]), np.array([8, 4])) is None  # pieces of two lengths
+
+
+def byte_pairs(local, remote):
+    """Every byte's (address here, address there) of pieces pairwise of one length."""
+    return [(a + i, b + i) for (a, n), (b, _) in zip(local.tolist(), remote.tolist(), strict=True) for i in range(n)]
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7, 64])
+def test_a_read_cut_into_parts_moves_every_byte_once_in_parts_of_about_equal_size(parts):
+    """The parts that cma hands to its threads: the same bytes, each once, in order, none empty, as even as bytes
+    allow, a piece that straddles a cut split on both sides alike."""
+    from gridcomm.transports.cma import _cut
+
+    local = np.array([[1000, 5], [2000, 1], [3000, 13], [4000, 2]])
+    remote = np.array([[50, 5], [70, 1], [90, 13], [130, 2]])
+    cut = _cut(local, remote, parts)
+    assert len(cut) == min(parts, 21)
+    sizes = [int(here[:, 1].sum()) for here, _ in cut]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 21
+    assert all(np.array_equal(here[:, 1], there[:, 1]) for here, there in cut)
+    joined = [pair for here, there in cut for pair in byte_pairs(here, there)]
+    assert joined == byte_pairs(local, remote)
+
+
+def test_a_copy_out_of_a_mapping_cut_into_parts_copies_the_same_elements():
+    from gridcomm.transports.cma import _MappedRead
+
+    source = np.arange(2 * 3 * 8, dtype=np.uint8).reshape(2, 3, 8)
+    for parts in (1, 2, 3, 5, 16):
+        destination = np.zeros_like(source)
+        pieces = _MappedRead(None, destination, source).split(parts)
+        assert sum(p.total for p in pieces) == source.size and len(pieces) <= max(parts, 1)
+        for piece in pieces:
+            piece.run()
+        assert np.array_equal(destination, source)

@@ -11,8 +11,9 @@ share (``counters``, as ``shm`` signals: no MPI call per exchange), else zero-by
 64-core Xeon host those took most of a small exchange: 209 µs for a transposition of 32³ float64, 2026-11-27).
 
 A rank may read from several peers at once on threads of its own (``CmaTransport(threads=None)``: the cores it
-shares with the node's ranks): where the ranks alone leave the host's memory idle, large messages then move faster
-(8 ranks of a 64-core Xeon host, a transposition of 256³ float64: 2.7 ms on 8 threads each against 4.3 on one),
+shares with the node's ranks), each large read cut into parts, one per thread at most: where the ranks alone leave
+the host's memory idle, large messages then move faster (8 ranks of a 64-core Xeon host, a transposition of 256³
+float64: 2.7 ms on 8 threads each against 4.3 on one; 4 ranks, its reads cut in parts: 4.8-5.3 ms against 8.2-8.6),
 elsewhere not (16 ranks: 3.1-3.3 ms on 4 threads each against 2.9; 128³: 1.0-2.0 ms against 0.4-0.5, handing
 small reads to threads costing more than the copies), so one thread is the default and ``auto`` measures both.
 """
@@ -24,6 +25,7 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import itertools
 import os
 import sys
 import threading
@@ -115,7 +117,8 @@ class CmaTransport(Transport):
             ``Communicator.local_cpus`` and ``local_size``: 4 for 16 unbound ranks on 64 cores, 1 for ranks bound to
             a core each), at most 8.
             The signals stay on the calling thread.
-        thread_bytes: the least one read (what one peer sends) moves [bytes] to go to a thread; smaller ones are
+        thread_bytes: the least one read (what one peer sends) moves [bytes] to go to the threads, and the least
+            each of its parts moves (a read is cut into at most ``threads`` parts); smaller ones are
             read on the calling thread, where handing a read to a thread costs more than it saves (default 512
             KiB: on 16 and 8 ranks of a 64-core host, reads of 64 and 256 KiB on threads made a transposition of
             128³ float64 2-4x slower, reads of 512 KiB and 2 MiB at 256³ up to 1.6x faster).
@@ -180,13 +183,33 @@ def _iovecs(pieces: np.ndarray) -> list[Any]:
     return arrays
 
 
+def _cut(local: np.ndarray, remote: np.ndarray, parts: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Pieces (address, bytes) here and there, pairwise of one length (``_pieces``), cut into ``parts`` runs of
+    consecutive pieces of about equal bytes (at most one per byte), a piece that straddles a cut split in two."""
+    total = int(local[:, 1].sum())
+    edges = total * np.arange(min(parts, total) + 1) // max(1, min(parts, total))
+    spans = np.stack([edges[:-1], np.diff(edges)], 1)  # the parts as runs of the byte stream, at their offsets
+    here, offsets = _pieces(local, spans)
+    there, _ = _pieces(remote, spans)
+    bounds = np.searchsorted(offsets[:, 0], edges)  # the first piece of each part
+    return [(here[a:b], there[a:b]) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
+
+
 class _SystemRead:
     """A sender's runs copied by ``process_vm_readv`` (in arrays of at most IOV_MAX pieces)."""
 
     def __init__(self, libc: Any, pid: int, local: np.ndarray, remote: np.ndarray) -> None:
-        self._libc, self._pid = libc, pid
+        self._libc, self._pid, self._local, self._remote = libc, pid, local, remote
         self._pairs = list(zip(_iovecs(local), _iovecs(remote), strict=True))
         self.total = int(local[:, 1].sum())
+
+    def split(self, parts: int) -> list[_SystemRead]:
+        """The same bytes as ``parts`` reads of about equal size (fewer where the message is smaller)."""
+        if parts <= 1:
+            return [self]
+        return [
+            _SystemRead(self._libc, self._pid, here, there) for here, there in _cut(self._local, self._remote, parts)
+        ]
 
     def run(self) -> int:
         """Bytes copied (OSError where the kernel refuses)."""
@@ -226,22 +249,38 @@ def _grid(local: np.ndarray, remote: np.ndarray, lengths: np.ndarray) -> tuple[t
 
 
 class _MappedRead:
-    """A sender's runs copied out of its array of ``sharing.shared_zeros``, mapped here (``mapping``; the sender's
-    array starts at ``start`` in its own address space), in one NumPy copy of a grid of pieces (``_grid``: every
-    block of a slab transposition, the faces of most halos). Other layouts are read with ``process_vm_readv``,
-    whose one call per message costs less than a Python copy per piece (a 3-D halo on 2 ranks: 1.4-1.5x slower
-    piece by piece, 2026-11-27)."""
+    """A sender's runs copied out of its array of ``sharing.shared_zeros``, mapped here (``mapping``), in one NumPy
+    copy of a grid of pieces (``_grid``: every block of a slab transposition, the faces of most halos), from the
+    view ``source`` of the mapping into the view ``destination`` of this rank's memory, both (rows, pieces per
+    row, bytes per piece). Other layouts are read with ``process_vm_readv``, whose one call per message costs less
+    than a Python copy per piece (a 3-D halo on 2 ranks: 1.4-1.5x slower piece by piece, 2026-11-27)."""
 
-    def __init__(self, mapping: Any, local: np.ndarray, offsets: np.ndarray, grid: tuple[tuple[int, int], ...]) -> None:
+    def __init__(self, mapping: Any, destination: np.ndarray, source: np.ndarray) -> None:
+        self._mapping, self._destination, self._source = mapping, destination, source
+        self.total = destination.size
+
+    @classmethod
+    def of(cls, mapping: Any, local: np.ndarray, offsets: np.ndarray, grid: tuple[tuple[int, int], ...]) -> _MappedRead:
+        """The read of the pieces at ``local`` (address, bytes) here from ``offsets`` in the mapping, laid out as
+        ``grid`` says."""
         (outer, inner), steps, far = grid
         width = int(local[0, 1])
-        base = np.frombuffer(mapping, dtype=np.uint8)
         span = steps[0] * (outer - 1) + steps[1] * (inner - 1) + width
-        destination = (ctypes.c_uint8 * span).from_address(int(local[0, 0]))
-        self._mapping = mapping
-        self._destination = np.ndarray((outer, inner, width), np.uint8, destination, 0, (*steps, 1))
-        self._source = np.ndarray((outer, inner, width), np.uint8, base, int(offsets[0]), (*far, 1))
-        self.total = outer * inner * width
+        here = (ctypes.c_uint8 * span).from_address(int(local[0, 0]))
+        destination = np.ndarray((outer, inner, width), np.uint8, here, 0, (*steps, 1))
+        source = np.ndarray(
+            (outer, inner, width), np.uint8, np.frombuffer(mapping, np.uint8), int(offsets[0]), (*far, 1)
+        )
+        return cls(mapping, destination, source)
+
+    def split(self, parts: int) -> list[_MappedRead]:
+        """The same bytes as about ``parts`` copies of equal size, cut along the first axis at least that long
+        (else the longest)."""
+        shape = self._destination.shape
+        axis = next((a for a, size in enumerate(shape) if size >= parts), int(np.argmax(shape)))
+        edges = np.unique(shape[axis] * np.arange(parts + 1) // parts)
+        cut = [(slice(None),) * axis + (slice(a, b),) for a, b in itertools.pairwise(edges.tolist())]
+        return [_MappedRead(self._mapping, self._destination[c], self._source[c]) for c in cut]
 
     def run(self) -> int:
         """Bytes copied."""
@@ -377,14 +416,18 @@ class _CmaChannel(Channel):
             if mapping is None:
                 self._reads.append(_SystemRead(self._libc, pid, local, far))
             else:
-                self._reads.append(_MappedRead(mapping, local, offsets, grid))
+                self._reads.append(_MappedRead.of(mapping, local, offsets, grid))
         for request in sends:
             request.wait()
         # Reads from several peers at once, on threads (ctypes lets go of the GIL in process_vm_readv, NumPy in
-        # its copies): those of at least thread_bytes.
-        self._threaded = [read.total >= thread_bytes for read in self._reads]
-        self._pool = _pool(threads) if threads > 1 and sum(self._threaded) > 1 else None
-        self._copying: dict[int, concurrent.futures.Future] = {}  # source index -> its read on a thread
+        # its copies): those of at least thread_bytes, each cut into parts of at least thread_bytes, as many as
+        # there are threads, so that a few large messages (a transposition on 4 ranks) keep every thread busy.
+        parts = [min(threads, read.total // max(thread_bytes, 1)) for read in self._reads]
+        self._pool = _pool(threads) if threads > 1 and sum(parts) > 1 else None
+        self._parts = [
+            read.split(k) if self._pool is not None and k else None for read, k in zip(self._reads, parts, strict=True)
+        ]
+        self._copying: dict[int, list[concurrent.futures.Future]] = {}  # source index -> its parts on threads
         # "ready" from sender to receiver, "done" back.
         self._signals = _signals(comm, tag, signals, self._sources, [m.peer for m in layout.sends])
         self.signalling = "memory" if isinstance(self._signals, _MemorySignals) else "mpi"
@@ -393,9 +436,11 @@ class _CmaChannel(Channel):
     def start(self, stream: Any = None) -> None:
         self._signals.start()
         self._pending = list(range(len(self._sources)))
+        if self._pool is not None:  # the reads of peers already ready start on threads while the caller goes on
+            self._dispatch()
 
-    def _read(self, index: int) -> None:
-        read = self._reads[index]
+    def _read(self, index: int, read: _SystemRead | _MappedRead | None = None) -> None:
+        read = self._reads[index] if read is None else read
         try:
             copied = read.run()
         except OSError as error:
@@ -408,27 +453,38 @@ class _CmaChannel(Channel):
                 f"rank {self._comm.rank}: read {copied} of {read.total} B from rank {self._sources[index]}"
             )
 
-    def _progress(self) -> bool:
+    def _dispatch(self) -> None:
+        """Read from every peer that is ready: on the calling thread, or its parts handed to the threads."""
         signals = self._signals
         for index in list(self._pending):
             if signals.ready(index):
                 self._pending.remove(index)
-                if self._pool is None or not self._threaded[index]:
+                parts = self._parts[index]
+                if parts is None:
                     self._read(index)
                     signals.done(index)
                 else:
-                    self._copying[index] = self._pool.submit(self._read, index)
+                    self._copying[index] = [self._pool.submit(self._read, index, part) for part in parts]
+
+    def _progress(self) -> bool:
+        signals = self._signals
+        self._dispatch()
         if self._copying:
             # Let go of the GIL while the threads copy (a poll that spins would keep it from them: every read of
             # 128³ float64 on 16 ranks then took a second, 2026-11-27): until a read is done, or for a moment where
             # signals are still awaited.
+            # Only the parts still running: one already done would end every wait at once, and this thread would
+            # then spin, keeping the GIL and the futures' locks from the threads that are still copying.
             concurrent.futures.wait(
-                self._copying.values(), _NOTICE_S if self._pending else _BLOCK_S, concurrent.futures.FIRST_COMPLETED
+                [part for parts in self._copying.values() for part in parts if not part.done()],
+                _NOTICE_S if self._pending else _BLOCK_S,
+                concurrent.futures.FIRST_COMPLETED,
             )
-        for index, read in list(self._copying.items()):
-            if read.done():
+        for index, parts in list(self._copying.items()):
+            if all(part.done() for part in parts):
                 del self._copying[index]
-                read.result()  # a failed read raises here, on the calling thread
+                for part in parts:
+                    part.result()  # a failed read raises here, on the calling thread
                 signals.done(index)
         return not self._pending and not self._copying and signals.finished()
 
@@ -440,7 +496,7 @@ class _CmaChannel(Channel):
         poll_until(self._progress, timeout, silent)
 
     def close(self) -> None:
-        concurrent.futures.wait(self._copying.values())  # no thread still writing into the fields
+        concurrent.futures.wait([part for parts in self._copying.values() for part in parts])  # no thread writing
         self._copying = {}
         self._signals.close()
         self._reads = []  # and the mappings of the senders' arrays with them

@@ -4,8 +4,9 @@ A global array of N x N x N elements, split along axis 0 over the ranks (slabs, 
 becomes the same array split along axis 1. It is timed, on the same data in the same run, for:
 
 - gridcomm: ``Transposer.slabs`` over each host transport (``mpi``: one packed message per peer; ``cma``: the
-  receiver reads the sender's blocks straight out of its array), and ``cma`` once more with the slabs in memory the
-  node's ranks share (``gridcomm.shared_zeros``: plain copies out of a mapping, no system call);
+  receiver reads the sender's blocks straight out of its array, on one thread or on several), and each ``cma``
+  once more with the slabs in memory the node's ranks share (``gridcomm.shared_zeros``: plain copies out of a
+  mapping, no system call);
 - ``pack+Alltoallv``: what one writes by hand: each peer's block copied into a send buffer with NumPy, one
   ``MPI_Alltoallv``, each received block copied into place;
 - mpi4py-fft's ``Pencil.transfer`` (one ``MPI_Alltoallw`` of subarray datatypes), where it is installed.
@@ -32,16 +33,18 @@ from .halo import host_variants
 from .peers import same_bits
 
 #: gridcomm's ways of moving the blocks: packed copies per peer, MPI's datatypes per peer or in one neighbourhood
-#: call (as mpi4py-fft's Alltoallw of subarray types), cma's single copy, and shm's copies through shared memory.
+#: call (as mpi4py-fft's Alltoallw of subarray types), cma's single copy (on the calling thread, or cut over the
+#: rank's share of the node's cores), and shm's copies through shared memory.
 VARIANTS: dict[str, Transport] = {
     "mpi": MpiTransport(),
     "mpi p2p/datatype": MpiTransport("p2p", "datatype"),
     "mpi neighbor/datatype": MpiTransport("neighbor", "datatype"),
     "cma": CmaTransport(),
+    "cma/threads": CmaTransport(threads=None),
     "shm": ShmTransport(),
 }
-#: The label of cma reading slabs that lie in gridcomm.shared_zeros arrays.
-SHARED = "cma, shared slabs"
+#: What a cma variant's label gets where it reads slabs that lie in gridcomm.shared_zeros arrays.
+SHARED = ", shared slabs"
 #: The hand-written peer's label.
 HAND = "pack+Alltoallv"
 #: The ceiling's label: every rank copies its slab once, all at the same time.
@@ -126,11 +129,15 @@ def run_transpose_case(
         name: lambda d, t=transport, s=source: _Moved(Transposer.slabs(comm, shape, 0, 1, s, d, t))
         for name, transport in variants.items()
     }
-    if "cma" in variants and sys.platform.startswith("linux"):  # the same slabs in memory the node shares
+    cma = [name for name, t in variants.items() if isinstance(t, CmaTransport)]
+    if cma and sys.platform.startswith("linux"):  # the same slabs in memory the node shares, for each cma
         shared = shared_zeros(source.shape, source.dtype)
         shared[...] = source
-        makers[SHARED] = lambda d: _Moved(Transposer.slabs(comm, shape, 0, 1, shared, d, variants["cma"]))
-    ours = [name for name in makers if name in variants or name == SHARED]
+        for name in cma:
+            makers[name + SHARED] = lambda d, t=variants[name]: _Moved(
+                Transposer.slabs(comm, shape, 0, 1, shared, d, t)
+            )
+    ours = list(makers)
     makers[HAND] = lambda d: PackAlltoallv(comm, shape, source, d)
     if (peers or {}).get("mpi4py-fft", "not asked for") is None:
         from .peers import Mpi4pyFftSlabs
