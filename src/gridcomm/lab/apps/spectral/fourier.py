@@ -3,7 +3,8 @@
 
 The half spectra of all rows lie side by side in one (batch, bins) array, row r's n_r / 2 + 1 bins from
 ``bin_offsets[r]``. A row of n points cannot hold m >= n / 2: those wavenumbers fold (alias) onto bin m mod n
-(or its mirror), which the octahedral grid keeps exponentially small, as it must for T = N - 1.
+(or its mirror), which the octahedral grid keeps small, as it must for T = N - 1 (on O640 their lambda_l^m reach
+2.3e-5 near the poles, against 7.1 for the largest; they are kept, not dropped).
 
 - inverse: *fold* (each bin of each row is the sum of the F_m and conj F_m landing on it, a short list per bin:
   ``FoldingPlan``), then per row an inverse real FFT from its bins straight into its points;

@@ -24,7 +24,7 @@ Each transform has two halves, so that a distributed transform can transpose in 
   (both parities), on the GPU in chunks that bound the work arrays;
 - Fourier (per latitude row, over all m): f(row, phi_k) from the F_m by an inverse real FFT of the row's own
   length, reading and writing the rows where they lie; wavenumbers m >= n / 2 fold (alias) onto the bins of a
-  row of n points, which the octahedral grid keeps exponentially small, as it must for T = N - 1
+  row of n points, which the octahedral grid keeps small (at most 2.3e-5 against 7.1 on O640), as T = N - 1 needs
   (``fourier.py``: one fold and one pick launch on the GPU, one cuFFT call per row).
 
 Every index array is built once (``__init__``, or the first call with a new order of wavenumbers), on the
