@@ -2,7 +2,9 @@
 GPU, CUDA events around every Legendre stage, FFT group and transposition of the last timed step, for
 a few variants side by side in one run. A variant is ``TRANSPORT:PIPELINE[:OPTION=VALUE...]``, e.g. ``ipc:8x2``,
 ``ipc/blocks=264:8x2`` or ``ipc:8x2:priority=lowest``. Option: ``priority``, the transpositions' stream at the
-``highest`` priority (the default) or the ``lowest`` (CUDA's default, that of the compute stream). (Until
+``highest`` priority (the default) or the ``lowest`` (CUDA's default, that of the compute stream); ``buckets``, the
+most Legendre buckets on the GPU (``transform.MAX_BUCKETS_GPU``, 8 by default), which bounds the stages of
+wavenumbers (``ipc:16x2:buckets=16``). (Until
 2026-11-27 16:00 UTC, ``eager`` and ``shares`` held transpositions back and sized the groups of rows unevenly; the
 results files of then record them.)
 
@@ -32,6 +34,7 @@ from mpi4py import MPI
 from gridcomm.comm import Communicator
 from gridcomm.extras import figure
 from gridcomm.gpu import use_local_gpu
+from gridcomm.lab.apps.spectral import transform as spectral_transform
 from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients
 from gridcomm.lab.bench.results import machine_title, write_results
 from gridcomm.lab.measure.machine import machine_info
@@ -74,6 +77,24 @@ def run_variant(comm: Communicator, variant: str, args: argparse.Namespace) -> d
     extra = dict(option.split("=", 1) for option in rest)
     batch = args.fields * args.levels + 1
     options = {"batch": batch, "xp": cupy, "graphs": True, "transport": by_label(transport), "pipeline": pipeline}
+    kept_buckets = spectral_transform.MAX_BUCKETS_GPU
+    spectral_transform.MAX_BUCKETS_GPU = int(extra.get("buckets", kept_buckets))  # read as the transform is made
+    try:
+        return _run_variant(comm, variant, args, options, extra, batch)
+    finally:
+        spectral_transform.MAX_BUCKETS_GPU = kept_buckets
+
+
+def _run_variant(
+    comm: Communicator,
+    variant: str,
+    args: argparse.Namespace,
+    options: dict[str, Any],
+    extra: dict[str, str],
+    batch: int,
+) -> dict[str, Any]:
+    import cupy
+
     with DistributedTransform(comm, args.grid, **options) as dist:
         if extra.get("priority", "highest") != "highest":  # before the first transform: the graphs replay on it
             dist.transposition_stream = cupy.cuda.Stream(non_blocking=True)
