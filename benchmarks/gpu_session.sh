@@ -307,10 +307,10 @@ sys.exit(run_under_mpiexec($ngpu, [sys.executable, 'benchmarks/profile_eager.py'
         ;;
       bench-spectral-pipeline)  # TCo639 on every GPU, the transpositions overlapped with the compute or not;
         # SPECTRAL_TRANSPORTS and SPECTRAL_PIPELINE: other labels (e.g. ipc/blocks=16) and pipelines (8, 8x2, auto);
-        # SPECTRAL_SECONDS: the stage's limit
+        # SPECTRAL_ARGS: more options (e.g. --fft-streams 8); SPECTRAL_SECONDS: the stage's limit
         stage bench-spectral-pipeline "${SPECTRAL_SECONDS:-300}" $py -m gridcomm bench spectral --gpu --np "$ngpu" \
           --grids O640 --levels 137 --fields 3 --steps 3 --transports "${SPECTRAL_TRANSPORTS:-ipc,nccl}" \
-          --pipeline "${SPECTRAL_PIPELINE:-1,auto}" --no-peer --out "$dir/results"
+          --pipeline "${SPECTRAL_PIPELINE:-1,auto}" --no-peer ${SPECTRAL_ARGS:-} --out "$dir/results"
         ;;
       spectral-probe)  # where TCo639's pipelined run on every GPU stopped (2026-11-26: ranks 1-3 timed out in the
         # first Transposer() while rank 0 never came): a small grid first, then TCo639 with a long timeout, every
