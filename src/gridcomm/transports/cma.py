@@ -187,7 +187,8 @@ def _cut(local: np.ndarray, remote: np.ndarray, parts: int) -> list[tuple[np.nda
     """Pieces (address, bytes) here and there, pairwise of one length (``_pieces``), cut into ``parts`` runs of
     consecutive pieces of about equal bytes (at most one per byte), a piece that straddles a cut split in two."""
     total = int(local[:, 1].sum())
-    edges = total * np.arange(min(parts, total) + 1) // max(1, min(parts, total))
+    count = max(1, min(parts, total))
+    edges = total * np.arange(count + 1) // count
     spans = np.stack([edges[:-1], np.diff(edges)], 1)  # the parts as runs of the byte stream, at their offsets
     here, offsets = _pieces(local, spans)
     there, _ = _pieces(remote, spans)
