@@ -337,7 +337,7 @@ class _MemorySignals:
 
     def __init__(self, comm: Communicator, sources: list[int], destinations: list[int], memory: NodeMemory) -> None:
         me, size = comm.rank, comm.size
-        self._memory, self._mapped = memory, {}
+        self._memory = memory
         self._mapped, problem = node_memory.map_peers(comm.mpi, memory, {*sources, *destinations}, "cma", "counters")
         raise_if_any(comm.mpi, problem, GridcommError, before=self.close)
         memory.forget_name()  # every peer has mapped it: the memory goes with the last process that maps it
