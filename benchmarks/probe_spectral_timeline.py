@@ -4,9 +4,10 @@ a few variants side by side in one run. A variant is ``TRANSPORT:PIPELINE[:OPTIO
 ``ipc/blocks=264:8x2`` or ``ipc:8x2:priority=lowest``. Option: ``priority``, the transpositions' stream at the
 ``highest`` priority (the default) or the ``lowest`` (CUDA's default, that of the compute stream); ``buckets``, the
 most Legendre buckets on the GPU (``transform.MAX_BUCKETS_GPU``, 8 by default), which bounds the stages of
-wavenumbers (``ipc:16x2:buckets=16``). (Until
-2026-11-27 16:00 UTC, ``eager`` and ``shares`` held transpositions back and sized the groups of rows unevenly; the
-results files of then record them.)
+wavenumbers (``ipc:16x2:buckets=16``); ``lag``, the inverse's ``DistributedTransform.inverse_lag`` (``ipc:8x2:lag=0``).
+(Until 2026-11-27 16:00 UTC, ``eager`` and ``shares`` held transpositions back and sized the groups of rows
+unevenly; at 19:42 UTC a working copy tried ``lanes`` and ``rows``, docs/spectral.md; the results files of then
+record them.)
 
     python -c "import sys; from gridcomm.launch import run_under_mpiexec; \\
         sys.exit(run_under_mpiexec(4, [sys.executable, 'benchmarks/probe_spectral_timeline.py', '--out', 'DIR']))"
@@ -96,6 +97,7 @@ def _run_variant(
     import cupy
 
     with DistributedTransform(comm, args.grid, **options) as dist:
+        dist.inverse_lag = int(extra.get("lag", dist.inverse_lag))
         if extra.get("priority", "highest") != "highest":  # before the first transform: the graphs replay on it
             dist.transposition_stream = cupy.cuda.Stream(non_blocking=True)
         a = cupy.asarray(random_coefficients(dist.truncation, dist.wavenumbers, batch))

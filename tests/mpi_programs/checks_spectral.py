@@ -96,7 +96,8 @@ def check_pipelined_transform_equals_one_transposition(comm):
     (``row_groups``: rows that need not follow one another), each (stage, group) moved by a transposition of its
     own, give bit for bit what one transposition of everything gives: on the host the phases one after the other;
     on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, the transpositions overlapping the products and the
-    FFTs and without the overlap, over the transports a CUDA graph replays (ipc kernel and copy engines, nccl).
+    FFTs and without the overlap, over the transports a CUDA graph replays (ipc kernel and copy engines, nccl), and
+    with the inverse's later groups of rows moved stages late (``inverse_lag``).
     On the GPU the overlapped run's timeline holds a span per stage, group and transposition, none ending before
     it starts."""
     from gridcomm.arrays import to_host
@@ -107,6 +108,7 @@ def check_pipelined_transform_equals_one_transposition(comm):
 
         transports = ("ipc", "ipc/copy-engine", "nccl")
         cases = (((1, 1), True), ((3, 1), True), ((1, 3), True), ((3, 2), True), ((3, 2), False))  # all with graphs
+        cases += (((3, 3), True),)  # groups 1 and 2 of the inverse moved 1 and 2 stages late (inverse_lag 1)
     else:
         xp, transports = np, ("auto", "mpi")
         cases = (((1, 1), False), ((3, 1), False), ((3, 2), False))
@@ -120,6 +122,7 @@ def check_pipelined_transform_equals_one_transposition(comm):
                 options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": shape}
                 with DistributedTransform(gc, "O48", **options, transport=by_label(label)) as dist:
                     dist.overlap = overlap
+                    dist.inverse_lag = 1 if shape == (3, 3) else dist.inverse_lag  # else the default (INVERSE_LAG)
                     if dist.pipeline_shape != shape:
                         problems.append(f"{label}: pipeline={shape} gave {dist.pipeline_shape}")
                     for _ in range(3):  # with graphs the first call captures them; the others replay them

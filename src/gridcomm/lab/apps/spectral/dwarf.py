@@ -65,6 +65,16 @@ PIPELINE_IPC_BLOCKS = {2: 264, 4: 132}
 #: (ipc, ms per step, one call, spectral-gpu-4r-20261127T113911Z): 8 x 1 17.37, 8 x 2 16.78, 8 x 4 17.05, 4 x 4
 #: 17.23; 8 groups of rows alone 17.75 (the pipeline before, ...T113923Z).
 AUTO_PIPELINE = (8, 2)
+#: ``DistributedTransform.inverse_lag``'s default by the number of ranks (as PIPELINE_IPC_BLOCKS): on 4 and more, group
+#: g of rows moves 8 g Legendre stages late in the inverse, so with AUTO_PIPELINE's 8 stages the groups after the
+#: first move once the last stage is done, beside the first group's FFTs. TCo639, 8 x 2, ms per step: on 4 x H100,
+#: in three calls (probe-spectral-timeline-gpu-4r-20261127T194544Z, ...T194705Z, ...T195009Z) lag 0 18.56, 18.56,
+#: 18.43, 18.51, 18.44, 18.41; 2: 18.39, 18.38, 18.30, 18.30, 18.36, 18.40; 4: 18.32, 18.31; 8: 18.26, 18.30,
+#: 18.21, 18.20, 18.20 (on 4 x H200, before ipc's kernel ran on 132 blocks, holding them so took 17.75, 16.98 and
+#: 16.28 ms against 17.10, 16.60 and 16.47). On 2 GPUs of a 4 x H100 machine
+#: (probe-spectral-timeline-gpu-2r-20261127T195427Z) lag 0 32.54 and 32.60, 8 32.88 and 32.91: there the
+#: transposition of each stage already hides behind the next.
+INVERSE_LAG = {2: 0, 4: 8}
 
 
 class DistributedTransform:
@@ -80,25 +90,24 @@ class DistributedTransform:
         graphs: (CuPy only) capture each phase in a CUDA graph on first use and replay it afterwards; a
             transposition whose transport needs the host (staged, mpi) runs as it is between the graphs.
         fft_streams: (CuPy) CUDA streams the row FFTs are spread over (SpectralTransform; default 4).
-        pipeline: (stages, groups), or stages alone (groups 1): cut every rank's wavenumbers into at most
-            ``stages`` stages, runs of its batched Legendre products (``SpectralTransform.legendre_parts``), and its
-            latitude rows into at most ``groups`` groups (``distribution.row_groups``: as many rows as points would
-            say in each), as many of each on every rank; each (stage, group) is moved by a transposition of its
-            own. With ``graphs`` the transpositions run on a stream of their own (the highest priority; ipc's
-            kernel there, named or picked by ``"auto"``, runs on ``pipeline_ipc_blocks`` blocks): in the inverse each
-            stage's transpositions run while the next stage's products do, and the last stage's, group by group,
-            while the FFTs of the groups already moved; in the direct each group's transpositions run while the
-            next group's FFTs do, and the last group's, stage by stage, while the products of the stages already
-            moved. In the inverse the stages of the shortest wavenumbers (the cheapest products) go first, so that
-            the first transposition starts early, and in the direct the longest, so that the last products to wait
-            for their transposition are the cheapest. The products and the row FFTs are the unpipelined
-            transform's own, run in another order: the result is the same, bit for bit. Needs a transport a CUDA
-            graph can replay (ipc, nccl). Overlapped (pipelined, or on one rank, with graphs), a transform only queues
-            its work on the device: the host goes on (to the next transform, say) while the device works, and the
-            caller's stream waits for what it returns. Without graphs, or with ``overlap`` False, the phases run
-            one after the other, each timed (what a benchmark compares the overlap with). ``"auto"`` (the default):
-            AUTO_PIPELINE with graphs on several ranks where the transport picked is one a CUDA graph replays,
-            else (1, 1) (one transposition of everything).
+        pipeline: (stages, groups), or stages alone (groups 1): cut every rank's wavenumbers into at most ``stages``
+            stages, runs of its batched Legendre products (``SpectralTransform.legendre_parts``), and its latitude rows
+            into at most ``groups`` groups (``distribution.row_groups``: as many rows as points would say in each), as
+            many of each on every rank; each (stage, group) is moved by a transposition of its own. With ``graphs`` the
+            transpositions run on a stream of their own (the highest priority; ipc's kernel there, named or picked by
+            ``"auto"``, runs on ``pipeline_ipc_blocks`` blocks): in the inverse each stage's transpositions run while
+            the next stage's products do (group g's ``inverse_lag`` x g stages later), and the last stage's, group by
+            group, while the FFTs of the groups already moved; in the direct each group's transpositions run while the
+            next group's FFTs do, and the last group's, stage by stage, while the products of the stages already moved.
+            In the inverse the stages of the shortest wavenumbers (the cheapest products) go first, so that the first
+            transposition starts early, and in the direct the longest, so that the last products to wait for their
+            transposition are the cheapest. The products and the row FFTs are the unpipelined transform's own, run in
+            another order: the result is the same, bit for bit. Needs a transport a CUDA graph can replay (ipc, nccl).
+            Overlapped (pipelined, or on one rank, with graphs), a transform only queues its work on the device: the
+            host goes on (to the next transform, say) while the device works, and the caller's stream waits for what it
+            returns. Without graphs, or with ``overlap`` False, the phases run one after the other, each timed (what a
+            benchmark compares the overlap with). ``"auto"`` (the default): AUTO_PIPELINE with graphs on several ranks
+            where the transport picked is one a CUDA graph replays, else (1, 1) (one transposition of everything).
 
     ``inverse(a)``: this rank's coefficients (batch, ncoef) -> its grid values (batch, points);
     ``direct(values)`` the reverse. ``seconds`` accumulates the time of each phase (PHASES) on this rank, and
@@ -149,6 +158,11 @@ class DistributedTransform:
         self.wavenumbers, self.rows = self.transform.wavenumbers, self.transform.rows
         self.m_order = m_order
         self.overlap = True
+        #: Overlapped (pipelined, with graphs), how many Legendre stages late the inverse moves each group of rows
+        #: after the first, times the group's index (at most until the last stage is done; by default INVERSE_LAG's
+        #: for this many ranks; 0: every group of a stage right after it): the first group's rows then arrive
+        #: sooner, and their FFTs run while the other groups still move.
+        self.inverse_lag = _by_ranks(INVERSE_LAG, comm.size)
         #: A list to record what each stream runs when (``timeline_ms``), or None (the default: nothing recorded).
         self.timeline: list[tuple[str, str, Any, Any]] | None = None
         self._to_rows: dict[tuple[int, int], Any] = {}  # (stage, group) -> Transposer
@@ -368,6 +382,7 @@ class DistributedTransform:
                 (functools.partial(self._legendre_inverse, a), "legendre", stages),
                 ("to rows", self._to_rows, lambda c, g: (c, g)),
                 (functools.partial(self._fft_inverse, values), "fft", range(len(self.groups))),
+                self.inverse_lag,
             )
             return values
 
@@ -390,14 +405,15 @@ class DistributedTransform:
         first: tuple[Callable[[int], None], str, range],
         moves: tuple[str, dict[tuple[int, int], Any], Callable[[int, int], tuple[int, int]]],
         last: tuple[Callable[[int], None], str, range],
+        lag: int = 0,
     ) -> None:
         """A transform's three phases: ``first`` (compute, phase name, its units: stages or groups), the
         transpositions (name, transposers by (stage, group), the key of (unit of first, unit of last)), ``last``
         (compute, name, its units). Overlapped (``_overlapped``): the transpositions of each unit of
         ``first`` run on ``transposition_stream`` once it is done, beside the next unit of ``first``; each unit of
-        ``last`` waits for its last transposition, beside the transpositions still to come. (Holding the
-        inverse's transpositions of the second group of rows until the last Legendre stage was done, so that they
-        ran beside the first group's FFTs, and groups of uneven sizes did not pay: docs/spectral.md.) Otherwise the
+        ``last`` waits for its last transposition, beside the transpositions still to come; the transpositions to
+        unit j of ``last`` wait ``lag`` x j units of ``first`` longer (the inverse's ``inverse_lag``), so that the
+        first units of ``last`` start sooner. (Groups of uneven sizes did not pay: docs/spectral.md.) Otherwise the
         phases run one after another, each unit timed."""
         (compute, phase, units), (name, transposers, key), (finish, end_phase, ends) = first, moves, last
         trace = self._traced
@@ -417,15 +433,21 @@ class DistributedTransform:
 
         # Nothing here waits on the host: a unit of ``first`` whose launches the host issues one by one (the
         # Legendre stages) then runs while the device is still busy with what came before, at the device's pace.
-        for u in units:
+        # (index j of e in ``ends``, index i of u in ``units``, u, e) of the transpositions not queued yet: (u, e)'s
+        # after unit i + j x ``lag`` (or the last) is done, the first units of ``last`` first.
+        waiting: list[tuple[int, int, int, int]] = []
+        for i, u in enumerate(units):
             with trace(f"{phase} {u}"):
                 compute(u)
             if transposers:
                 self._computed[u].record(stream)
                 lane.wait_event(self._computed[u])
-            for e in ends if transposers else ():
-                with trace(f"{name} {key(u, e)}", lane, "transposition"):
-                    self._transpose(f"{name} {key(u, e)}", transposers[key(u, e)], lane)
+                waiting += [(j, i, u, e) for j, e in enumerate(ends)]
+            due = sorted(w for w in waiting if min(w[1] + w[0] * lag, len(units) - 1) <= i)
+            waiting = [w for w in waiting if w not in due]
+            for _, _, done, e in due:
+                with trace(f"{name} {key(done, e)}", lane, "transposition"):
+                    self._transpose(f"{name} {key(done, e)}", transposers[key(done, e)], lane)
                 self._moved[e].record(lane)  # after the last unit of ``first``: all of e's transpositions done
         for e in ends:
             if transposers:
@@ -566,10 +588,14 @@ class _Traced:
 
 
 def pipeline_ipc_blocks(ranks: int) -> int:
-    """Thread blocks of ipc's transposition kernel in a pipelined transform on ``ranks`` ranks (PIPELINE_IPC_BLOCKS:
-    that of the largest count listed up to ``ranks``, or of the smallest)."""
-    counts = sorted(PIPELINE_IPC_BLOCKS)
-    return PIPELINE_IPC_BLOCKS[max((c for c in counts if c <= ranks), default=counts[0])]
+    """Thread blocks of ipc's transposition kernel in a pipelined transform on ``ranks`` ranks (PIPELINE_IPC_BLOCKS)."""
+    return _by_ranks(PIPELINE_IPC_BLOCKS, ranks)
+
+
+def _by_ranks(table: dict[int, int], ranks: int) -> int:
+    """``table``'s value for ``ranks`` ranks: that of the largest count listed up to ``ranks``, or of the smallest."""
+    counts = sorted(table)
+    return table[max((c for c in counts if c <= ranks), default=counts[0])]
 
 
 def pipeline_shape(pipeline: int | tuple[int, int] | str, graphs: bool) -> tuple[int, int]:
