@@ -122,7 +122,8 @@ def check_pipelined_transform_equals_one_transposition(comm):
                 options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": shape}
                 with DistributedTransform(gc, "O48", **options, transport=by_label(label)) as dist:
                     dist.overlap = overlap
-                    dist.inverse_lag = 1 if shape == (3, 3) else dist.inverse_lag  # else the default (INVERSE_LAG)
+                    if shape == (3, 3):  # else the default (INVERSE_LAG)
+                        dist.inverse_lag = 1
                     if dist.pipeline_shape != shape:
                         problems.append(f"{label}: pipeline={shape} gave {dist.pipeline_shape}")
                     for _ in range(3):  # with graphs the first call captures them; the others replay them

@@ -26,6 +26,7 @@ phases stay as they are: CuPy refuses cuBLAS calls during a capture, and they ar
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -433,19 +434,19 @@ class DistributedTransform:
 
         # Nothing here waits on the host: a unit of ``first`` whose launches the host issues one by one (the
         # Legendre stages) then runs while the device is still busy with what came before, at the device's pace.
-        # (index j of e in ``ends``, index i of u in ``units``, u, e) of the transpositions not queued yet: (u, e)'s
-        # after unit i + j x ``lag`` (or the last) is done, the first units of ``last`` first.
-        waiting: list[tuple[int, int, int, int]] = []
+        # By the index of the unit of ``first`` after which they are queued (unit i + j x ``lag``, or the last), the
+        # transpositions (u, e) still to queue, as (index j of e in ``ends``, index i of u in ``units``, u, e): the
+        # first units of ``last`` first.
+        due: dict[int, list[tuple[int, int, int, int]]] = collections.defaultdict(list)
         for i, u in enumerate(units):
             with trace(f"{phase} {u}"):
                 compute(u)
             if transposers:
                 self._computed[u].record(stream)
                 lane.wait_event(self._computed[u])
-                waiting += [(j, i, u, e) for j, e in enumerate(ends)]
-            due = sorted(w for w in waiting if min(w[1] + w[0] * lag, len(units) - 1) <= i)
-            waiting = [w for w in waiting if w not in due]
-            for _, _, done, e in due:
+                for j, e in enumerate(ends):
+                    due[min(i + j * lag, len(units) - 1)].append((j, i, u, e))
+            for _, _, done, e in sorted(due.pop(i, ())):
                 with trace(f"{name} {key(done, e)}", lane, "transposition"):
                     self._transpose(f"{name} {key(done, e)}", transposers[key(done, e)], lane)
                 self._moved[e].record(lane)  # after the last unit of ``first``: all of e's transpositions done
