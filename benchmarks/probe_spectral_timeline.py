@@ -4,7 +4,14 @@ a few variants side by side in one run. A variant is ``TRANSPORT:PIPELINE[:OPTIO
 ``ipc/blocks=264:8x2`` or ``ipc:8x2:priority=lowest``. Option: ``priority``, the transpositions' stream at the
 ``highest`` priority (the default) or the ``lowest`` (CUDA's default, that of the compute stream); ``buckets``, the
 most Legendre buckets on the GPU (``transform.MAX_BUCKETS_GPU``, 8 by default), which bounds the stages of
-wavenumbers (``ipc:16x2:buckets=16``); ``lag``, the inverse's ``DistributedTransform.inverse_lag`` (``ipc:8x2:lag=0``).
+wavenumbers (``ipc:16x2:buckets=16``); ``lag``, the inverse's ``DistributedTransform.inverse_lag`` (``ipc:8x2:lag=0``);
+``unfold`` and ``pick``, ``peers`` (where ipc's kernel runs the transpositions, they run these passes) or
+``local`` (the Legendre stages unfold, and the FFT groups pick, into blocks that ipc copies:
+``ipc:8x2:unfold=local``), by default ``dwarf.UNFOLD_INTO_PEERS`` and ``PICK_INTO_PEERS``; ``pickblocks``, the
+thread blocks of the pick's exchange kernel (``peer_writes.PICK_BLOCKS``: ``ipc:8x2:pickblocks=528``).
+A diagnostic that gives wrong results:
+``skip``, passes left out (``+``-separated: ``unfold``, ``pick``, ``lfold`` the quadrature's fold, ``ffold`` the
+FFTs'), an upper bound of what taking them off the compute stream could gain (``ipc:8x2:skip=unfold+pick``).
 (Until 2026-11-27 16:00 UTC, ``eager`` and ``shares`` held transpositions back and sized the groups of rows
 unevenly; at 19:42 UTC a working copy tried ``lanes`` and ``rows``, docs/spectral.md; the results files of then
 record them.)
@@ -35,6 +42,7 @@ from mpi4py import MPI
 from gridcomm.comm import Communicator
 from gridcomm.extras import figure
 from gridcomm.gpu import use_local_gpu
+from gridcomm.lab.apps.spectral import dwarf, fourier, operands, peer_writes
 from gridcomm.lab.apps.spectral import transform as spectral_transform
 from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients
 from gridcomm.lab.bench.results import machine_title, write_results
@@ -78,12 +86,25 @@ def run_variant(comm: Communicator, variant: str, args: argparse.Namespace) -> d
     extra = dict(option.split("=", 1) for option in rest)
     batch = args.fields * args.levels + 1
     options = {"batch": batch, "xp": cupy, "graphs": True, "transport": by_label(transport), "pipeline": pipeline}
-    kept_buckets = spectral_transform.MAX_BUCKETS_GPU
+    kept_buckets, kept_into = spectral_transform.MAX_BUCKETS_GPU, (dwarf.UNFOLD_INTO_PEERS, dwarf.PICK_INTO_PEERS)
     spectral_transform.MAX_BUCKETS_GPU = int(extra.get("buckets", kept_buckets))  # read as the transform is made
+    dwarf.UNFOLD_INTO_PEERS = extra.get("unfold", "peers" if kept_into[0] else "local") == "peers"
+    dwarf.PICK_INTO_PEERS = extra.get("pick", "peers" if kept_into[1] else "local") == "peers"
+    peer_writes.PICK_BLOCKS = int(extra["pickblocks"]) if "pickblocks" in extra else None
+    passes = {"unfold": (operands, "unfold"), "pick": (fourier.RowFFTs, "_pick"), "lfold": (operands, "fold"),
+              "ffold": (fourier.RowFFTs, "_fold")}  # fmt: skip
+    skipped = [passes[name] for name in extra.get("skip", "").split("+") if name]
+    kept_passes = [getattr(owner, name) for owner, name in skipped]
+    for owner, name in skipped:
+        setattr(owner, name, lambda *args, **kwargs: None)
     try:
         return _run_variant(comm, variant, args, options, extra, batch)
     finally:
         spectral_transform.MAX_BUCKETS_GPU = kept_buckets
+        dwarf.UNFOLD_INTO_PEERS, dwarf.PICK_INTO_PEERS = kept_into
+        peer_writes.PICK_BLOCKS = None
+        for (owner, name), kept in zip(skipped, kept_passes, strict=True):
+            setattr(owner, name, kept)
 
 
 def _run_variant(

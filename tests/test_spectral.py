@@ -612,3 +612,107 @@ def test_run_spectral_splits_the_legendre_phase():
     with gridcomm.Communicator() as comm:
         r = run_spectral(comm, "O24", levels=2, fields=2, steps=2)
     assert 0 < r["legendre_products_s"] < r["split_s"]["legendre"]
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_unfolding_into_every_ranks_side_gives_the_transforms_numbers(groups):
+    """The inverse's products left as they are (``unfold=False``), unfolded as ``gridcomm_legendre_unfold_exchange``
+    does (emulated here: element (b, m, r) at origin + base[r] + (b (T + 1) + m) width[r]) into every rank's Fourier
+    side of a group, give bit for bit the Fourier coefficients of the plain transform in each rank's rows, for every
+    stage of wavenumbers, and write nothing else (row_shares: a row and its mirror on different ranks)."""
+    from gridcomm.lab.apps.spectral.operands import RowLayout
+    from gridcomm.lab.apps.spectral.peer_writes import row_destinations
+
+    grid, t, batch, nranks, rank = OctahedralGrid(24), 23, 3, 3, 1
+    sets = wavenumber_sets(t, nranks)
+    ms, m_first = sets[rank], sum(len(s) for s in sets[:rank])
+    transform = SpectralTransform(grid, t, wavenumbers=ms)
+    cut = [np.array_split(rows, groups) for rows in row_shares(grid.nlon, nranks)]
+    a = random_coefficients(t, batch, 7)[:, : transform.ncoef]
+    plain = transform.legendre_inverse(a)  # (batch, my m, 2N)
+    n, count = grid.N, t + 1
+    parts = transform.legendre_parts(batch)
+    assert len(parts) > 1
+    for g in range(groups):
+        owned = [rows[g] for rows in cut]
+        sizes = [batch * count * len(rows) for rows in owned]
+        starts = np.cumsum([0, *(s + 5 for s in sizes)])  # sides apart, as in separate allocations
+        memory = np.full(starts[-1], np.nan, complex)
+        origin = int(starts[rank])
+        base, width, listed = row_destinations(2 * n, owned, {q: int(starts[q]) - origin for q in range(nranks)})
+        for first, stop in parts:
+            layout = RowLayout.plain(batch, stop - first, 2 * n)
+            flat = transform.legendre_inverse(a, out=np.empty(layout.size, complex), layout=layout,
+                                              part=(first, stop), unfold=False)  # fmt: skip
+            positions = transform.product_positions(batch, (first, stop))
+            products = flat.reshape(len(positions), 2, n, batch)
+            at = np.arange(batch)[None, :] * count + (positions + m_first)[:, None]  # (i, b)
+            for r in listed:
+                even, odd = products[:, 0, r], products[:, 1, r]
+                for row, value in ((r, even + odd), (2 * n - 1 - r, even - odd)):
+                    if width[row]:
+                        memory[origin + base[row] + at * width[row]] = value
+        for q, rows in enumerate(owned):
+            side = memory[starts[q] : starts[q] + sizes[q]].reshape(batch, count, len(rows))
+            np.testing.assert_array_equal(side[:, m_first : m_first + len(ms)], plain[:, :, rows])
+            others = np.ones(count, bool)
+            others[m_first : m_first + len(ms)] = False
+            assert np.isnan(side[:, others]).all()  # no other rank's wavenumbers written
+        assert np.isnan(memory[np.concatenate([np.arange(s - 5, s) for s in starts[1:]])]).all()
+
+
+def test_row_destinations_leave_out_ranks_without_a_place_and_need_whole_elements():
+    from gridcomm.errors import TransportError
+    from gridcomm.lab.apps.spectral.peer_writes import places_from, row_destinations
+
+    owned = [np.array([0, 7]), np.array([1, 2, 5, 6]), np.array([3, 4])]
+    base, width, listed = row_destinations(8, owned, {0: 100, 2: -40})
+    assert width.tolist() == [2, 0, 0, 2, 2, 0, 0, 2]
+    assert base[[0, 7, 3, 4]].tolist() == [100, 101, -40, -39]
+    assert listed.tolist() == [0, 3]  # rows 1 and 2 and their mirrors 6 and 5 are rank 1's, left out
+    assert places_from({0: [4096], 1: [4096 + 48]}, 4096) == {0: 0, 1: 3}
+    with pytest.raises(TransportError, match="rank 1's destination lies 8 bytes"):
+        places_from({0: [4096], 1: [4104]}, 4096)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_picking_into_every_ranks_legendre_side_gives_the_blocks_of_the_transposition(groups):
+    """The direct's Fourier coefficients picked as ``gridcomm_pick_exchange`` does (emulated here: wavenumber k of
+    the list at out_at[k, 0] + b out_at[k, 1] + r) land in every rank's Legendre side exactly in the block of this
+    rank's rows that the transposition fills (the dwarf's RowLayout per stage, one after the other), for every
+    stage and group, and nowhere else."""
+    from gridcomm.lab.apps.spectral.operands import RowLayout
+    from gridcomm.lab.apps.spectral.peer_writes import legendre_blocks, wavenumber_destinations
+
+    grid, t, batch, nranks, me = OctahedralGrid(24), 23, 3, 3, 1
+    sets = wavenumber_sets(t, nranks)
+    m_order = np.concatenate(sets)
+    m_start = np.concatenate([[0], np.cumsum([len(s) for s in sets])])
+    staged = [[(0, len(s) // 2), (len(s) // 2, len(s))] for s in sets]  # two stages of each rank's wavenumbers
+    cut = [np.array_split(rows, groups) for rows in row_shares(grid.nlon, nranks)]
+    blocks = [mine[g] for g in range(groups) for mine in cut]
+    layouts = [[RowLayout.blocked(batch, b - a, blocks) for a, b in parts] for parts in staged]  # per rank, stage
+    sizes = [sum(layout.size for layout in per_stage) for per_stage in layouts]
+    starts = np.cumsum([0, *(s + 7 for s in sizes)])  # the ranks' Legendre sides apart
+    rng = np.random.default_rng(3)
+    for g in range(groups):
+        half = SpectralTransform(grid, t, wavenumbers=np.zeros(0, np.int64), rows=cut[me][g], fourier_order=m_order)
+        values = rng.standard_normal((batch, half.field_points))
+        picked = half.fourier_direct(values, m_order)  # (batch, T + 1, my rows of g)
+        nrows = len(cut[me][g])
+        memory = np.full(starts[-1], np.nan, complex)
+        origin = int(starts[me])
+        places = {p: int(starts[p]) - origin for p in range(nranks)}
+        for c in range(2):
+            where = legendre_blocks(staged, cut, m_start, (me, g, c), (batch, 2 * grid.N))
+            listed, out_at = wavenumber_destinations(where, places, nrows)
+            for k, i in enumerate(listed):
+                lines = origin + out_at[k, 0] + np.arange(batch)[:, None] * out_at[k, 1] + np.arange(nrows)
+                memory[lines] = picked[:, i, :]
+            for p, parts in enumerate(staged):
+                first, stop = parts[c]
+                region = int(starts[p]) + sum(layout.size for layout in layouts[p][:c])
+                a, b = layouts[p][c].span(int(cut[me][g][0]))
+                block = memory[region + a : region + b].reshape(batch, stop - first, nrows)
+                np.testing.assert_array_equal(block, picked[:, m_start[p] + first : m_start[p] + stop, :])
+        assert np.count_nonzero(~np.isnan(memory)) == picked.size  # every coefficient once, nothing else

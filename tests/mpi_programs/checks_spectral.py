@@ -10,7 +10,7 @@ import numpy as np
 from harness import ON_GPU, assert_everywhere, ranks
 
 from gridcomm import Communicator
-from gridcomm.lab.apps.spectral import SpectralTransform, coefficient_count, wavenumber_sets
+from gridcomm.lab.apps.spectral import SpectralTransform, coefficient_count, dwarf, wavenumber_sets
 from gridcomm.lab.apps.spectral.dwarf import DistributedTransform, random_coefficients, run_spectral
 
 
@@ -97,35 +97,47 @@ def check_pipelined_transform_equals_one_transposition(comm):
     own, give bit for bit what one transposition of everything gives: on the host the phases one after the other;
     on the GPU (GRIDCOMM_CHECK_DEVICE=gpu) with CUDA graphs, the transpositions overlapping the products and the
     FFTs and without the overlap, over the transports a CUDA graph replays (ipc kernel and copy engines, nccl), and
-    with the inverse's later groups of rows moved stages late (``inverse_lag``).
-    On the GPU the overlapped run's timeline holds a span per stage, group and transposition, none ending before
-    it starts."""
+    with the inverse's later groups of rows moved stages late (``inverse_lag``); where ipc's kernel moves them (with
+    ``one_way_bytes=0``: small messages go one way, another kernel), with the products unfolded and the FFTs'
+    coefficients picked straight into the peers (``peer_writes``), against the first case, which unfolds and picks
+    them into blocks that ipc copies. On the GPU the overlapped run's timeline holds a span per stage, group and
+    transposition, none ending before it starts."""
     from gridcomm.arrays import to_host
     from gridcomm.transports import by_label
 
     if ON_GPU:
         import cupy as xp
 
-        transports = ("ipc", "ipc/copy-engine", "nccl")
+        transports = ("ipc", "ipc/one_way_bytes=0", "ipc/copy-engine", "nccl")  # ipc: one way where messages are small
         cases = (((1, 1), True), ((3, 1), True), ((1, 3), True), ((3, 2), True), ((3, 2), False))  # all with graphs
         cases += (((3, 3), True),)  # groups 1 and 2 of the inverse moved 1 and 2 stages late (inverse_lag 1)
+        cases = (((1, 1), True, False), *((shape, overlap, True) for shape, overlap in cases))  # unfolded apart
     else:
         xp, transports = np, ("auto", "mpi")
-        cases = (((1, 1), False), ((3, 1), False), ((3, 2), False))
+        cases = (((1, 1), False, False), ((3, 1), False, True), ((3, 2), False, True))
     problems = []
     with Communicator(comm) as gc:
         t, batch = 47, 5
         a = xp.asarray(random_coefficients(t, wavenumber_sets(t, gc.size)[gc.rank], batch))
         for label in transports:
             results = {}
-            for k, (shape, overlap) in enumerate(cases):
+            for k, (shape, overlap, into_peers) in enumerate(cases):
                 options = {"batch": batch, "xp": xp, "graphs": ON_GPU, "pipeline": shape}
-                with DistributedTransform(gc, "O48", **options, transport=by_label(label)) as dist:
+                dwarf.UNFOLD_INTO_PEERS = dwarf.PICK_INTO_PEERS = into_peers
+                try:
+                    dist = DistributedTransform(gc, "O48", **options, transport=by_label(label))
+                finally:
+                    dwarf.UNFOLD_INTO_PEERS = dwarf.PICK_INTO_PEERS = True
+                with dist:
                     dist.overlap = overlap
                     if shape == (3, 3):  # else the default (INVERSE_LAG)
                         dist.inverse_lag = 1
                     if dist.pipeline_shape != shape:
                         problems.append(f"{label}: pipeline={shape} gave {dist.pipeline_shape}")
+                    expected = into_peers and label == "ipc/one_way_bytes=0" and gc.size > 1  # ipc's kernel only
+                    into = (dist.unfolds_into_peers, dist.picks_into_peers)
+                    if label != "ipc" and into != (expected, expected):
+                        problems.append(f"{label}, case {cases[k]}: (unfolds, picks) into the peers: {into}")
                     for _ in range(3):  # with graphs the first call captures them; the others replay them
                         values = xp.asarray(dist.inverse(a)).copy()
                         back = xp.asarray(dist.direct(values)).copy()

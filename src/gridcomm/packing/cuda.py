@@ -63,8 +63,9 @@ class RecordedLaunch:
     13 µs for the one-way ipc kernel's 20 (4 x H100), against a few for a graph launch. Inside a capture (a
     graph of the whole exchange), the kernel itself."""
 
-    def __init__(self, kernel: Any, grid: int, threads: int) -> None:
-        self._kernel, self._grid, self._threads = kernel, grid, threads
+    def __init__(self, kernel: Any, grid: int, threads: int | tuple[int, ...]) -> None:
+        self._kernel, self._grid = kernel, grid
+        self._threads = threads if isinstance(threads, tuple) else (threads,)
         self._graph: Any = None
         self._key: object = None
 
@@ -75,7 +76,7 @@ class RecordedLaunch:
 
         stream = stream if stream is not None else cupy.cuda.get_current_stream()
         if stream.is_capturing():
-            self._kernel((self._grid,), (self._threads,), args(), stream=stream)
+            self._kernel((self._grid,), self._threads, args(), stream=stream)
             return
         if self._graph is None or key != self._key:
             self._graph, self._key = self._record(args()), key
@@ -88,7 +89,7 @@ class RecordedLaunch:
         recorder = cupy.cuda.Stream(non_blocking=True)
         recorder.begin_capture()
         try:
-            self._kernel((self._grid,), (self._threads,), args, stream=recorder)
+            self._kernel((self._grid,), self._threads, args, stream=recorder)
         finally:
             graph = recorder.end_capture()
         return graph

@@ -355,13 +355,15 @@ class _IpcChannel(_PeerChannel):
         their = comm.mpi.alltoall([(shapes, *wanted.get(r, (None, 0))) for r in range(comm.size)])
         self._rows = Descriptors(cupy)
         self._rows_of: list[range] = []
+        #: By rank: the addresses of its destination arrays here (mapped, for a peer this rank writes into).
+        self.destination_addresses = {comm.rank: [address(d) for d in destinations]}
 
         def mapping() -> None:
             for message in layout.sends:
                 first = len(self._rows.rows)
                 shapes_there, selections_there, offset_there = their[message.peer]
                 *fields_there, staging_there = everyone[message.peer][1]
-                addresses = [self._mapped(pair) for pair in fields_there]
+                addresses = self.destination_addresses[message.peer] = [self._mapped(pair) for pair in fields_there]
                 staging = self._mapped(staging_there) + offset_there - message.offset
                 peer_rows(self._rows, message, sources, layout, (shapes_there, selections_there, addresses), staging)
                 self._rows_of.append(range(first, len(self._rows.rows)))
@@ -556,7 +558,32 @@ class _KernelChannel(_IpcChannel):
         self._finished = cupy.zeros(2, dtype=np.uint32)  # [blocks done, a block gave up]
         # Every exchange has a block (grid >= 1), even one with nothing to copy: the last block signals.
         self._exchange = RecordedLaunch(copy_kernel(SOURCE, "gridcomm_ipc_exchange"), self._table.grid, THREADS)
+        self._body: tuple[Any, ...] = self._table.args  # the kernel's arguments before the flags'
         comm.mpi.Barrier()  # every mapping is in place before anyone's first exchange
+
+    @property
+    def blocks(self) -> int:
+        """Thread blocks of the exchange kernel's copies."""
+        return self._table.grid
+
+    @property
+    def stages(self) -> bool:
+        """Whether some blocks land in this rank through its staging buffer (short scattered runs, ``staged``)."""
+        return self._unpack is not None
+
+    def write_with(
+        self, kernel: Any, threads: tuple[int, ...], args: tuple[Any, ...], blocks: int | None = None
+    ) -> None:
+        """From now on, run ``kernel`` instead of the copies: a kernel of the caller's that writes every block of
+        the exchange itself, into this rank's destinations and its peers' (``destination_addresses``), between
+        ipc_exchange.cuh's ``ipc_exchange_open`` and ``ipc_exchange_close``, on ``blocks`` blocks (default: as
+        many as the copies) of ``threads``, with ``args`` and then the flags' arguments (its parameters end with
+        IPC_EXCHANGE_PARAMS). Only where no rank's exchange ``stages`` (the caller makes sure): the staged
+        blocks would be unpacked over what the kernel wrote."""
+        if self.stages:
+            raise TransportError("this exchange stages some blocks at the receiver; a kernel cannot replace its copies")
+        self._exchange = RecordedLaunch(kernel, blocks or self._table.grid, threads)
+        self._body = tuple(args)
 
     def start(self, stream: Any = None) -> None:
         self._exchange.launch(self._arguments, stream, key=int(self._waits.limit_ns))
@@ -565,7 +592,7 @@ class _KernelChannel(_IpcChannel):
 
     def _arguments(self) -> tuple[Any, ...]:
         return (
-            *self._table.args,
+            *self._body,
             self._epoch,
             self._finished,
             self._flags,

@@ -16,7 +16,11 @@ The Legendre side is one flat buffer of blocks: per stage c (a run of this rank'
 message is one contiguous range there, and one box of runs of c's m x my rows of g on the Fourier side (an array
 per group; a 1-D range pairs with any box of as many elements, also for ipc's direct copies:
 ``packing.geometry.paired_grids``). The Legendre half reads and writes the blocks through the layouts' per-row
-tables. One rank keeps the plain (batch, m, 2N) array, which is its Fourier side as well.
+tables. One rank keeps the plain (batch, m, 2N) array, which is its Fourier side as well. Where ipc's kernel moves
+the blocks, each transposition runs the pass before it instead (``peer_writes``): the inverse's unfold of the
+Legendre products (left in the Legendre side's place of the blocks) and the direct's pick of the FFTs' coefficients
+(left as the FFTs' half spectra) write straight into the rank that owns each element; the phases' times then count
+that pass in the transposition.
 
 On the GPU each phase is a few array operations per wavenumber bucket and per row length, each a kernel launch
 that Python issues in about 10 µs: with ``graphs=True`` the FFT phases (N row lengths, a few launches each) and
@@ -45,6 +49,7 @@ from ....graphs import capture
 from ....grids.octahedral import OctahedralGrid
 from ....pattern import Box
 from ....transports import IpcTransport, requested
+from . import peer_writes
 from .distribution import row_groups, row_shares, wavenumber_sets
 from .fourier import RowGeometry
 from .operands import RowLayout
@@ -76,6 +81,16 @@ AUTO_PIPELINE = (8, 2)
 #: (probe-spectral-timeline-gpu-2r-20261127T195427Z) lag 0 32.54 and 32.60, 8 32.88 and 32.91: there the
 #: transposition of each stage already hides behind the next.
 INVERSE_LAG = {2: 0, 4: 8}
+#: Whether the inverse's transpositions to the rows, where ipc's kernel runs them, unfold the Legendre products
+#: straight into the Fourier sides (``peer_writes``; False: the Legendre stages unfold them into blocks, copied),
+#: and whether the direct's to the wavenumbers pick the FFTs' coefficients straight into the Legendre sides (False:
+#: the FFT groups pick them into the Fourier side, copied). TCo639 on 4 x H100, 8 x 2, ms per step in one call
+#: (probe-spectral-timeline-gpu-4r-20261127T212608Z): both 17.29 and 17.27, the unfold alone 16.81, neither 18.19 and
+#: 18.22: the pick, on the transpositions' 132 blocks, took 2.1 ms longer than their copies, and the compute waited.
+#: On twice as many blocks (``peer_writes.PICK_BLOCKS``) both took 16.46 ms, the unfold alone 16.87 and 16.78
+#: (...T212919Z).
+UNFOLD_INTO_PEERS = True
+PICK_INTO_PEERS = True
 
 
 class DistributedTransform:
@@ -218,6 +233,9 @@ class DistributedTransform:
         #: 2N) array; and each stage's part of the flat buffer.
         self.layouts: list[RowLayout | None] = [None]
         self._group_transforms = [self.transform]
+        #: Whether the transpositions to the rows unfold the Legendre products themselves, and those to the
+        #: wavenumbers pick the FFTs' coefficients themselves (``peer_writes``).
+        self.unfolds_into_peers = self.picks_into_peers = False
         # One rank holds every wavenumber on every row, in the same order on both sides: one array, no
         # transposition (on one H200 that saves two copies of 5.4 GB per TCo639 step, 5.5 ms of 64).
         if comm.size == 1:
@@ -258,7 +276,44 @@ class DistributedTransform:
                 on_fourier = {p: Box((0, int(m_start[p]) + parts[c][0], 0), (batch, int(m_start[p]) + parts[c][1],
                                      len(rows))) for p, parts in enumerate(staged)}  # fmt: skip
                 moves[c, g] = (on_legendre, on_fourier)
-        return self._make_transposers(moves, transport, overlapped and transport == "auto", need_graphs)
+        made = self._make_transposers(moves, transport, overlapped and transport == "auto", need_graphs)
+        if made and self._write_into_peers(UNFOLD_INTO_PEERS, self._to_rows):
+            self._unfold_into_peers(cut, int(m_start[comm.rank]))
+        if made and self._write_into_peers(PICK_INTO_PEERS, self._to_waves):
+            self._pick_into_peers(staged, cut, m_start)
+        return made
+
+    def _write_into_peers(self, wanted: bool, transposers: dict[tuple[int, int], Any]) -> bool:
+        """Whether, ``wanted``, every rank's ``transposers`` are ipc kernel channels that a pass may run in place of
+        their copies (``peer_writes``; none stages a block, none validates; collective)."""
+        from mpi4py import MPI
+
+        able = wanted and self.xp is not np and all(map(_writes_itself, transposers.values()))
+        return self.comm.mpi.allreduce(able, op=MPI.LAND)
+
+    def _unfold_into_peers(self, cut: list[list[np.ndarray]], m_first: int) -> None:
+        """Have the transpositions to the rows unfold the Legendre products straight into the Fourier sides
+        (``peer_writes``; ``m_first``: where this rank's wavenumbers start on their m axis), and the Legendre stages
+        leave the products in their regions of the Legendre side instead of unfolding them."""
+        for (c, g), transposer in self._to_rows.items():
+            positions = self.transform.product_positions(self.batch, self.stages[c])
+            peer_writes.unfold_into(
+                transposer.channel, self._regions[c], positions, [rows[g] for rows in cut], self._fourier_sides[g],
+                -m_first, self.truncation + 1, (self.grid.N, self.batch),
+            )  # fmt: skip
+        self.unfolds_into_peers = True
+
+    def _pick_into_peers(self, staged: list[list[tuple[int, int]]], cut: list[list[np.ndarray]], m_start: Any) -> None:
+        """Have the transpositions to the wavenumbers pick the Fourier coefficients from the FFTs' half spectra
+        straight into the Legendre sides (``peer_writes``), and the FFT groups leave them unpicked. ``staged``:
+        every rank's stages, ``cut``: every rank's groups of rows, ``m_start``: where each rank's wavenumbers start
+        on the Fourier sides' m axis."""
+        shape = (self.batch, 2 * self.grid.N)
+        for (c, g), transposer in self._to_waves.items():
+            blocks = peer_writes.legendre_blocks(staged, cut, m_start, (self.comm.rank, g, c), shape)
+            picking = self._group_transforms[g].pick_operands(self.batch, self.m_order)
+            peer_writes.pick_into(transposer.channel, picking, blocks, self.legendre_side, self.batch)
+        self.picks_into_peers = True
 
     def _make_transposers(
         self, moves: dict[tuple[int, int], tuple[dict, dict]], transport: Any, hold_ipc: bool = False,
@@ -339,8 +394,9 @@ class DistributedTransform:
         """The Legendre products of stage ``c`` into its part of the Legendre side (a phase no graph captures)."""
         part = None if len(self.stages) == 1 else self.stages[c]
         inverse = functools.partial(
-            self.transform.legendre_inverse, a, out=self._regions[c], layout=self.layouts[c], part=part
-        )
+            self.transform.legendre_inverse, a, out=self._regions[c], layout=self.layouts[c], part=part,
+            unfold=not self.unfolds_into_peers,
+        )  # fmt: skip
         self._run(f"legendre inverse {c}", inverse, False)
 
     def _legendre_direct(self, out: Any, c: int) -> None:
@@ -359,7 +415,8 @@ class DistributedTransform:
     def _fft_direct(self, values: Any, g: int) -> None:
         """The FFTs of group ``g``'s rows, from their points of ``values``."""
         half, fourier = self._group_transforms[g], self._fourier_sides[g]
-        self._run(f"fft direct {g}", lambda: half.fourier_direct(values, self.m_order, out=fourier))
+        pick = not self.picks_into_peers
+        self._run(f"fft direct {g}", lambda: half.fourier_direct(values, self.m_order, out=fourier, pick=pick))
 
     def _overlapped(self) -> bool:
         """Whether the phases are queued without the host waiting for any: with graphs and ``overlap``, pipelined
@@ -633,6 +690,16 @@ def _merged(parts: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
 def _unheld_ipc_kernel(transport: Any) -> bool:
     """Whether ``transport`` is ipc's kernel on as many blocks as it likes."""
     return isinstance(transport, IpcTransport) and transport.method == "kernel" and transport.blocks is None
+
+
+def _writes_itself(transposer: Any) -> bool:
+    """Whether ``transposer``'s exchanges can be run by a kernel of the dwarf's (``peer_writes``): one ipc kernel
+    channel, staging nothing, no validation (which checks the blocks the copies read)."""
+    try:
+        channel = transposer.channel
+    except GridcommError:  # peers served by several transports
+        return False
+    return hasattr(channel, "write_with") and not channel.stages and not transposer.validate
 
 
 def _synchronize(xp: Any) -> None:

@@ -6,6 +6,8 @@
 // (rows fastest) and the rows' bins (bin fastest): a transposition through shared memory, so that loads and
 // stores both run along contiguous memory. A block does its part for `batch_per_block` fields in turn (its index
 // loads then hit L1).
+#include "../../../transports/ipc_exchange.cuh"
+
 #define TILE 32  // the pick's tile side
 
 // Row r of n = 2h points is h complex points z_j = x_2j + i x_2j+1 to cuFFT, whose complex transform of length h
@@ -121,20 +123,21 @@ extern "C" __global__ void gridcomm_fold(
 // out[b, i, r] = B_k times factors[r, i] part by part, B_k being the bin of row r holding wavenumber i's F_m
 // (picks[r, i], from Z2Z's Y by the twiddles, above), scaled by 1 / n, its imaginary part negated where the bin
 // holds conj F_m; on a simple row (see the fold) that is bin ms[i] times inverse_lengths[r], without the
-// per-(row, m) loads. Tile: wavenumbers i0.. of rows r0..
-extern "C" __global__ void gridcomm_pick(
+// per-(row, m) loads. One tile: wavenumbers listed[i0..] (i0.. where ``listed`` is null; ``nlisted`` of them) of
+// rows r0.., fields b_first..b_end - 1 in turn; element (b, i, r) of ``out`` at out_at[2 k] + b out_at[2 k + 1] + r
+// for the k-th listed wavenumber (where ``out_at`` is null, the (batch, count, rows) array: (b count + i) rows + r).
+__device__ __forceinline__ void pick_tile(
     const double2* __restrict__ spectra, long long bins, const long long* __restrict__ picks,
     const double2* __restrict__ factors, const unsigned char* __restrict__ simple,
     const long long* __restrict__ bin_offsets, const int* __restrict__ ms, const double* __restrict__ inverse_lengths,
-    int count, int rows, int batch, int batch_per_block, double2* __restrict__ out)
+    int count, int rows, const int* __restrict__ listed, int nlisted, const long long* __restrict__ out_at,
+    double2* __restrict__ out, int i0, int r0, int b_first, int b_end, double2 (*tile)[TILE + 1])
 {
-    __shared__ double2 tile[TILE][TILE + 1];  // [row][wavenumber]
-    const int i0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
-    const int b_end = min(batch, (int)(blockIdx.z + 1) * batch_per_block);
-    for (int b = blockIdx.z * batch_per_block; b < b_end; ++b) {
+    for (int b = b_first; b < b_end; ++b) {
         for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along a row's bins
-            const int r = r0 + y, i = i0 + threadIdx.x;
-            if (r < rows && i < count) {
+            const int r = r0 + y, k = i0 + threadIdx.x;
+            if (r < rows && k < nlisted) {
+                const int i = listed ? listed[k] : k;
                 long long bin;
                 double2 s;
                 if (simple[r]) {
@@ -146,10 +149,10 @@ extern "C" __global__ void gridcomm_pick(
                     s = factors[p];
                 }
                 const long long at = bin_offsets[r];
-                const int h = (int)(bin_offsets[r + 1] - at) - 1, k = (int)(bin - at);
+                const int h = (int)(bin_offsets[r + 1] - at) - 1, j = (int)(bin - at);
                 const double2* field = spectra + (long long)b * bins + at;
-                const double2 low = field[k == h ? 0 : k], high = field[k == 0 ? 0 : h - k];  // Y_k, Y_h-k
-                const double2 w = twiddle(k, 2 * h);
+                const double2 low = field[j == h ? 0 : j], high = field[j == 0 ? 0 : h - j];  // Y_j, Y_h-j
+                const double2 w = twiddle(j, 2 * h);
                 // (low + conj high) - i conj(w) (low - conj high), halved
                 const double2 odd = make_double2(low.x - high.x, low.y + high.y);
                 const double2 v = make_double2(
@@ -160,9 +163,51 @@ extern "C" __global__ void gridcomm_pick(
         }
         __syncthreads();
         for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along the rows
-            const int i = i0 + y, r = r0 + threadIdx.x;
-            if (i < count && r < rows) out[((long long)b * count + i) * rows + r] = tile[threadIdx.x][y];
+            const int k = i0 + y, r = r0 + threadIdx.x;
+            if (k < nlisted && r < rows) {
+                const long long at = out_at ? out_at[2 * k] + b * out_at[2 * k + 1] : ((long long)b * count + k) * rows;
+                out[at + r] = tile[threadIdx.x][y];
+            }
         }
         __syncthreads();
     }
+}
+
+// Tile: wavenumbers blockIdx.x * TILE.. of rows blockIdx.y * TILE.., fields blockIdx.z * batch_per_block..
+extern "C" __global__ void gridcomm_pick(
+    const double2* __restrict__ spectra, long long bins, const long long* __restrict__ picks,
+    const double2* __restrict__ factors, const unsigned char* __restrict__ simple,
+    const long long* __restrict__ bin_offsets, const int* __restrict__ ms, const double* __restrict__ inverse_lengths,
+    int count, int rows, int batch, int batch_per_block, double2* __restrict__ out)
+{
+    __shared__ double2 tile[TILE][TILE + 1];  // [row][wavenumber]
+    const int b_first = blockIdx.z * batch_per_block, b_end = min(batch, b_first + batch_per_block);
+    pick_tile(spectra, bins, picks, factors, simple, bin_offsets, ms, inverse_lengths, count, rows, nullptr, count,
+              nullptr, out, blockIdx.x * TILE, blockIdx.y * TILE, b_first, b_end, tile);
+}
+
+// The pick of the wavenumbers ``listed`` as one exchange of the ipc transport's kernel method
+// (transports/ipc_exchange.cuh): each straight into the Legendre side of the rank that owns it, this rank's or a
+// peer's, at ``out_at`` (offsets from ``out``, in elements: any allocation mapped here). The blocks take the tiles
+// in turn, the wavenumbers fastest, so that every peer's are written at once.
+extern "C" __global__ void gridcomm_pick_exchange(
+    const double2* __restrict__ spectra, long long bins, const long long* __restrict__ picks,
+    const double2* __restrict__ factors, const unsigned char* __restrict__ simple,
+    const long long* __restrict__ bin_offsets, const int* __restrict__ ms, const double* __restrict__ inverse_lengths,
+    int count, int rows, int batch, int batch_per_block, double2* out, const int* __restrict__ listed, int nlisted,
+    const long long* __restrict__ out_at, IPC_EXCHANGE_PARAMS)
+{
+    __shared__ double2 tile[TILE][TILE + 1];
+    const long long across = (nlisted + TILE - 1) / TILE, down = (rows + TILE - 1) / TILE;
+    const long long tiles = across * down * ((batch + batch_per_block - 1) / batch_per_block);
+    if (ipc_exchange_open(IPC_EXCHANGE_ARGS)) {
+        for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const long long rest = t / across;
+            const int b_first = (int)(rest / down) * batch_per_block;
+            pick_tile(spectra, bins, picks, factors, simple, bin_offsets, ms, inverse_lengths, count, rows, listed,
+                      nlisted, out_at, out, (int)(t % across) * TILE, (int)(rest % down) * TILE, b_first,
+                      min(batch, b_first + batch_per_block), tile);
+        }
+    }
+    ipc_exchange_close(IPC_EXCHANGE_ARGS);
 }

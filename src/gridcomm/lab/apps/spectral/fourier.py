@@ -233,11 +233,13 @@ class RowFFTs:
         self._each_row("inverse", spectra, values)
 
     def direct(self, values: Any, plan: FoldingPlan, spectra: Any, out: Any) -> None:
-        """(batch, points) grid values -> ``out`` (batch, M, rows) Fourier coefficients, through ``spectra``."""
+        """(batch, points) grid values -> ``out`` (batch, M, rows) Fourier coefficients, through ``spectra``
+        (``out`` None: the row FFTs alone, into ``spectra``, for a pick elsewhere: ``pick_operands``)."""
         if not values.shape[0]:
             return
         self._each_row("direct", values, spectra)
-        self._pick(spectra, plan, out)
+        if out is not None:
+            self._pick(spectra, plan, out)
 
     def _each_row(self, direction: str, source: Any, target: Any) -> None:
         """Every row's FFT from ``source`` to ``target`` (inverse: bins to points; direct: points to bins)."""
@@ -256,7 +258,7 @@ class RowFFTs:
             if count == 0 or nrows == 0 or batch == 0:
                 return
             group, shared = fold_group(count)
-            kernel = _kernel("gridcomm_fold")
+            kernel = cuda_kernel("gridcomm_fold")
             if shared > DEFAULT_SHARED_BYTES and kernel.max_dynamic_shared_size_bytes < shared:  # one row per block
                 runtime = self.xp.cuda.runtime
                 most = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, runtime.getDevice())
@@ -281,13 +283,17 @@ class RowFFTs:
         gathered = np.take(terms.reshape(batch, -1), plan.flat_terms, axis=1)
         np.add.reduceat(gathered, plan.first[:-1], axis=1, out=spectra)
 
+    def pick_operands(self, spectra: Any, plan: FoldingPlan) -> tuple[Any, ...]:
+        """(GPU) The leading arguments of fourier.cu's pick kernels for the half ``spectra`` (batch, bins) and the
+        wavenumbers of ``plan``: up to the wavenumbers' and the rows' counts."""
+        return (spectra, np.int64(self.rows.bins), plan.picks, plan.factors, plan.simple, self._bin_offsets, plan.ms,
+                plan.inverse_lengths, np.int32(len(plan.ms)), np.int32(len(self.rows.lengths)))  # fmt: skip
+
     def _pick(self, spectra: Any, plan: FoldingPlan, out: Any) -> None:
         if self.on_gpu:
             batch, count, nrows = out.shape
             _launch_tiles("gridcomm_pick", count, nrows, batch, (
-                spectra, np.int64(self.rows.bins), plan.picks, plan.factors, plan.simple, self._bin_offsets,
-                plan.ms, plan.inverse_lengths, np.int32(count), np.int32(nrows), np.int32(batch),
-                np.int32(BATCH_PER_BLOCK), out,
+                *self.pick_operands(spectra, plan), np.int32(batch), np.int32(BATCH_PER_BLOCK), out,
             ))  # fmt: skip
             return
         picked = np.take(spectra, plan.picks, axis=1)  # (batch, M, rows)
@@ -421,10 +427,10 @@ def _launch_tiles(name: str, across: int, rows: int, batch: int, args: tuple[Any
     if across == 0 or rows == 0 or batch == 0:
         return
     grid = (-(-across // TILE), -(-rows // TILE), -(-batch // BATCH_PER_BLOCK))
-    _kernel(name)(grid, (TILE, THREADS // TILE), args)
+    cuda_kernel(name)(grid, (TILE, THREADS // TILE), args)
 
 
-def _kernel(name: str) -> Any:
+def cuda_kernel(name: str) -> Any:
     """Kernel ``name`` of fourier.cu, compiled with this module's FOLD_GROUP, which sizes the fold's shared
     arrays (so that the group ``fold_group`` launches with always fits them)."""
     return kernels.function(SOURCE, name, ("-std=c++17", f"-DFOLD_GROUP={FOLD_GROUP}"))

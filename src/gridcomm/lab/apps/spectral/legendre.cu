@@ -17,6 +17,8 @@
 // Wavenumber i of a chunk: its coefficients start at offsets[i] and number lengths[i] = T - m + 1 (degree
 // l = m + j at offsets[i] + j), and its Fourier coefficients sit at position positions[i] of the m axis.
 // Coefficient j = 2 k + p goes to parity p (of l - m), depth k; depths past the wavenumber's own are zero.
+#include "../../../transports/ipc_exchange.cuh"
+
 #define TILE 32
 
 struct Tile {
@@ -80,37 +82,73 @@ extern "C" __global__ void gridcomm_legendre_scatter(
 // From the products of both parities on the northern rows, product (chunk, 2, N, batch): the Fourier
 // coefficients of every row, F[b, m, r] = even + odd on the northern row r and F[b, m, 2N - 1 - r] = even - odd
 // on its southern mirror, m = positions[i] - first (``first``: the position of F's first wavenumber, where F holds
-// a run of them), F laid out in ``fourier`` by the row tables ``base`` and ``width`` (top of this file).
-// Tile: rows r0.., fields b0..
-extern "C" __global__ void gridcomm_legendre_unfold(
+// a run of them), F laid out in ``fourier`` by the row tables ``base`` and ``width`` (top of this file); a row of
+// width 0 is not written. One tile: the northern rows listed[r0..] (r0.. where ``listed`` is null, of ``nrows``),
+// fields b0.., wavenumber i. Every thread of the block calls it; it ends with the tiles free for the next.
+__device__ __forceinline__ void unfold_tile(
     const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count, int first,
-    const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ fourier)
+    const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ fourier,
+    const int* __restrict__ listed, int nrows, int i, int r0, int b0, Tile& north, Tile& south)
 {
-    __shared__ Tile north, south;
-    const int i = blockIdx.z, r0 = blockIdx.x * TILE, b0 = blockIdx.y * TILE;
     const double2* even = product + (long long)i * 2 * n * batch;
     const double2* odd = even + (long long)n * batch;
     for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // loads along the fields
-        const int r = r0 + y, b = b0 + threadIdx.x;
-        if (r < n && b < batch) {
-            const double2 e = even[(long long)r * batch + b], o = odd[(long long)r * batch + b];
+        const int k = r0 + y, b = b0 + threadIdx.x;
+        if (k < nrows && b < batch) {
+            const long long r = listed ? listed[k] : k;
+            const double2 e = even[r * batch + b], o = odd[r * batch + b];
             north.v[y][threadIdx.x] = make_double2(e.x + o.x, e.y + o.y);
             south.v[y][threadIdx.x] = make_double2(e.x - o.x, e.y - o.y);
         }
     }
     __syncthreads();
-    const int r = r0 + threadIdx.x;
-    if (r >= n) return;  // no __syncthreads() follows
-    // Consecutive threads hold consecutive rows: their stores stay contiguous within a block of rows.
-    const RowPair rows(base, width, r, n);
-    for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along each field's rows
-        const int b = b0 + y;
-        if (b < batch) {
-            const long long at = (long long)b * count + (positions[i] - first);
-            fourier[rows.north(at)] = north.v[threadIdx.x][y];
-            fourier[rows.south(at)] = south.v[threadIdx.x][y];
+    const int k = r0 + threadIdx.x;
+    if (k < nrows) {
+        // Consecutive threads hold consecutive rows: their stores stay contiguous within a block of rows.
+        const RowPair rows(base, width, listed ? listed[k] : k, n);
+        for (int y = threadIdx.y; y < TILE; y += blockDim.y) {  // stores along each field's rows
+            const int b = b0 + y;
+            if (b < batch) {
+                const long long at = (long long)b * count + (positions[i] - first);
+                if (rows.north_width) fourier[rows.north(at)] = north.v[threadIdx.x][y];
+                if (rows.south_width) fourier[rows.south(at)] = south.v[threadIdx.x][y];
+            }
         }
     }
+    __syncthreads();
+}
+
+// Tile: rows blockIdx.x * TILE.., fields blockIdx.y * TILE.., wavenumber blockIdx.z.
+extern "C" __global__ void gridcomm_legendre_unfold(
+    const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count, int first,
+    const long long* __restrict__ base, const int* __restrict__ width, double2* __restrict__ fourier)
+{
+    __shared__ Tile north, south;
+    unfold_tile(product, n, batch, positions, count, first, base, width, fourier, nullptr, n, blockIdx.z,
+                blockIdx.x * TILE, blockIdx.y * TILE, north, south);
+}
+
+// The unfold of ``wavenumbers`` products as one exchange of the ipc transport's kernel method
+// (transports/ipc_exchange.cuh): F written straight into the destinations, in this rank and its peers, for the
+// northern rows ``listed`` (``nrows``) alone; the row tables then hold offsets from ``fourier`` to every row of
+// every destination (in elements: any allocation mapped here), width 0 for the rows that this exchange does not
+// write. The blocks take the tiles in turn, the rows fastest, so that every peer's rows are written at once.
+extern "C" __global__ void gridcomm_legendre_unfold_exchange(
+    const double2* __restrict__ product, int n, int batch, const int* __restrict__ positions, int count, int first,
+    const long long* __restrict__ base, const int* __restrict__ width, double2* fourier,
+    const int* __restrict__ listed, int nrows, int wavenumbers, IPC_EXCHANGE_PARAMS)
+{
+    __shared__ Tile north, south;
+    const long long across = (nrows + TILE - 1) / TILE, down = (batch + TILE - 1) / TILE;
+    const long long tiles = across * down * wavenumbers;
+    if (ipc_exchange_open(IPC_EXCHANGE_ARGS)) {
+        for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const long long rest = t / across;
+            unfold_tile(product, n, batch, positions, count, first, base, width, fourier, listed, nrows,
+                        (int)(rest / down), (int)(t % across) * TILE, (int)(rest % down) * TILE, north, south);
+        }
+    }
+    ipc_exchange_close(IPC_EXCHANGE_ARGS);
 }
 
 // unfold's counterpart for the quadrature: sums[i, 0, r, b] = north + south and sums[i, 1, r, b] = north - south

@@ -285,8 +285,21 @@ class SpectralTransform:
         """A context around one Legendre matrix product: timed by ``product_clock`` where one is set."""
         return contextlib.nullcontext() if self.product_clock is None else self.product_clock.timed()
 
+    def product_positions(self, batch: int, part: Any = None) -> np.ndarray:
+        """The positions on the m axis of the wavenumbers whose products ``legendre_inverse(..., unfold=False)``
+        leaves, in the order it leaves them (``part`` as there)."""
+        first, stop = self._part(part, batch, "product_positions")
+        kept = [p for _, p in self._pieces(batch) if first <= p[0] < stop]
+        return np.concatenate(kept).astype(np.int64) if kept else np.zeros(0, np.int64)
+
     def legendre_inverse(
-        self, coefficients: Any, out: Any = None, *, layout: RowLayout | None = None, part: Any = None
+        self,
+        coefficients: Any,
+        out: Any = None,
+        *,
+        layout: RowLayout | None = None,
+        part: Any = None,
+        unfold: bool = True,
     ) -> Any:
         """(batch, ncoef) coefficients of this object's wavenumbers -> (batch, m, 2N) Fourier coefficients
         F_m(row) on every row (written into ``out``, C-contiguous, when given).
@@ -295,7 +308,10 @@ class SpectralTransform:
         ``operands.RowLayout`` (e.g. blocks of rows per peer, as the distributed dwarf keeps them); ``out``, when
         given, is that buffer. ``part`` (first, stop): only the wavenumbers at positions first..stop-1 of the m
         axis, a run of whole products (``legendre_parts``), whose Fourier coefficients alone make the output:
-        (batch, stop - first, 2N), or the layout of as many."""
+        (batch, stop - first, 2N), or the layout of as many. ``unfold`` False: the output holds the matrix
+        products themselves, F's even and odd parts on the northern rows, (count, 2, N, batch) per wavenumber
+        in ``product_positions`` order (as many elements), for a kernel that unfolds them elsewhere (the
+        distributed dwarf's, straight into the peers: ``operands.unfold_exchange``)."""
         xp = self.xp
         a = self._coefficients(coefficients)
         batch = a.shape[0]
@@ -308,13 +324,20 @@ class SpectralTransform:
             self._check_layout(layout, batch, stop - first, "legendre_inverse")
             out = xp.empty(layout.size, np.complex128) if out is None else out
             flat = _output(out, (layout.size,), "legendre_inverse")
+        done = 0  # products left in ``flat`` so far [elements]
         for chunk in self._chunks(batch, (first, stop)):
             operand = self._operand("narrow", chunk, batch)
             operands.gather(a, chunk, operand)
-            product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
+            if unfold:
+                product = self._operand("wide", chunk, batch)  # (m, parity, N, batch): even and odd parts
+            else:
+                size = chunk.count * 2 * self.grid.N * batch
+                product = flat[done : done + size].reshape(chunk.count, 2, self.grid.N, batch)
+                done += size
             with self._product():
                 xp.matmul(chunk.tables, _real(operand), out=_real(product))
-            operands.unfold(product, chunk, flat, layout, first)
+            if unfold:
+                operands.unfold(product, chunk, flat, layout, first)
         return out
 
     def legendre_direct(
@@ -409,11 +432,12 @@ class SpectralTransform:
         return values
 
     def fourier_direct(
-        self, values: Any, wavenumbers: Sequence[int] | np.ndarray | None = None, out: Any = None
+        self, values: Any, wavenumbers: Sequence[int] | np.ndarray | None = None, out: Any = None, *, pick: bool = True
     ) -> Any:
         """(batch, points) grid values of this object's rows -> (batch, m, rows) Fourier coefficients
         (1 / n) sum_k f_k e^{-i m phi_k}, for the m of ``wavenumbers`` (default 0..T); written into ``out``
-        (C-contiguous) when given."""
+        (C-contiguous) when given. ``pick`` False: the row FFTs alone, whose half spectra a kernel elsewhere picks
+        the coefficients from (``pick_operands``; the distributed dwarf's, straight into the peers): returns None."""
         xp = self.xp
         ms = self._fourier_wavenumbers(wavenumbers)
         v = _numbers(xp.asarray(values), "grid values", complex_allowed=False)
@@ -425,10 +449,23 @@ class SpectralTransform:
         batch = v.shape[0]
         spectra = self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
         shape = (batch, len(ms), len(self.rows))
-        out = xp.empty(shape, dtype=np.complex128) if out is None else _output(out, shape, "fourier_direct")
+        if not pick:
+            out = None
+        elif out is None:
+            out = xp.empty(shape, dtype=np.complex128)
+        else:
+            out = _output(out, shape, "fourier_direct")
         v = xp.ascontiguousarray(v, dtype=np.float64)
         self._row_ffts.direct(v, self._fourier_plan(ms), spectra, out)
         return out
+
+    def pick_operands(self, batch: int, wavenumbers: Sequence[int] | np.ndarray | None = None) -> tuple[Any, ...]:
+        """(GPU) What fourier.cu's pick kernels read after ``fourier_direct(..., pick=False)`` of ``batch`` fields:
+        the half spectra it leaves (this object's own buffer) and the index arrays of ``wavenumbers`` (as there),
+        up to the wavenumbers' and the rows' counts (``RowFFTs.pick_operands``)."""
+        ms = self._fourier_wavenumbers(wavenumbers)
+        spectra = self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
+        return self._row_ffts.pick_operands(spectra, self._fourier_plan(ms))
 
     # -- whole transforms -------------------------------------------------------------------------------------
 
