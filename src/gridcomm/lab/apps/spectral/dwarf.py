@@ -296,7 +296,8 @@ class DistributedTransform:
         (``peer_writes``; ``m_first``: where this rank's wavenumbers start on their m axis), and the Legendre stages
         leave the products in their regions of the Legendre side instead of unfolding them."""
         for (c, g), transposer in self._to_rows.items():
-            positions = self.transform.product_positions(self.batch, self.stages[c])
+            part = None if len(self.stages) == 1 else self.stages[c]  # one stage: every wavenumber, maybe none
+            positions = self.transform.product_positions(self.batch, part)
             peer_writes.unfold_into(
                 transposer.channel, self._regions[c], positions, [rows[g] for rows in cut], self._fourier_sides[g],
                 -m_first, self.truncation + 1, (self.grid.N, self.batch),
