@@ -311,7 +311,7 @@ class SpectralTransform:
         (batch, stop - first, 2N), or the layout of as many. ``unfold`` False: the output holds the matrix
         products themselves, F's even and odd parts on the northern rows, (count, 2, N, batch) per wavenumber
         in ``product_positions`` order (as many elements), for a kernel that unfolds them elsewhere (the
-        distributed dwarf's, straight into the peers: ``operands.unfold_exchange``)."""
+        distributed dwarf's, straight into the peers: ``peer_writes.unfold_into``)."""
         xp = self.xp
         a = self._coefficients(coefficients)
         batch = a.shape[0]
@@ -427,7 +427,7 @@ class SpectralTransform:
             )
         shape = (f.shape[0], self.field_points)
         values = xp.empty(shape, np.float64) if out is None else _output(out, shape, "fourier_inverse", np.float64)
-        spectra = self._scratch("spectra", (f.shape[0], self._row_ffts.rows.bins), np.complex128)
+        spectra = self._spectra(f.shape[0])
         self._row_ffts.inverse(xp.ascontiguousarray(f, dtype=np.complex128), self._fourier_plan(ms), values, spectra)
         return values
 
@@ -447,7 +447,7 @@ class SpectralTransform:
                 f"{len(self.rows)} rows of {self.grid.name}"
             )
         batch = v.shape[0]
-        spectra = self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
+        spectra = self._spectra(batch)
         shape = (batch, len(ms), len(self.rows))
         if not pick:
             out = None
@@ -464,7 +464,7 @@ class SpectralTransform:
         the half spectra it leaves (this object's own buffer) and the index arrays of ``wavenumbers`` (as there),
         up to the wavenumbers' and the rows' counts (``RowFFTs.pick_operands``)."""
         ms = self._fourier_wavenumbers(wavenumbers)
-        spectra = self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
+        spectra = self._spectra(batch)
         return self._row_ffts.pick_operands(spectra, self._fourier_plan(ms))
 
     # -- whole transforms -------------------------------------------------------------------------------------
@@ -480,6 +480,11 @@ class SpectralTransform:
         return self.legendre_direct(self.fourier_direct(values))
 
     # -- helpers ----------------------------------------------------------------------------------------------
+
+    def _spectra(self, batch: int) -> Any:
+        """The row FFTs' half spectra of ``batch`` fields, (batch, bins): one kept buffer, that both directions and
+        ``pick_operands`` share."""
+        return self._scratch("spectra", (batch, self._row_ffts.rows.bins), np.complex128)
 
     def _scratch(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
         """A work array kept between calls (its contents do not survive them): on the host, a fresh array this
